@@ -1,0 +1,190 @@
+// The testbed as tests see it: endpoints from e2e/testbed/testbed.env (or the environment, which wins), and a
+// resource of its own per test (topic, bucket, container, namespace) that is removed when the test ends.
+import { randomBytes } from "node:crypto";
+import { readFileSync, existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { TestContext } from "node:test";
+import { Kafka, logLevel, type Admin } from "kafkajs";
+import {
+  S3Client,
+  CreateBucketCommand,
+  DeleteBucketCommand,
+  ListObjectsV2Command,
+  DeleteObjectsCommand,
+  ListMultipartUploadsCommand,
+  AbortMultipartUploadCommand,
+} from "@aws-sdk/client-s3";
+import { Storage } from "@google-cloud/storage";
+import { BlobServiceClient, StorageSharedKeyCredential } from "@azure/storage-blob";
+import { KubeConfig, CoreV1Api } from "@kubernetes/client-node";
+
+export const testbedEnvFile = join(dirname(fileURLToPath(import.meta.url)), "..", "testbed", "testbed.env");
+
+/** Reads KEY=VALUE lines (values as `printf %q` wrote them) of testbed.env; process.env overrides. */
+export function testbedEnv(): Record<string, string> {
+  const vars: Record<string, string> = {};
+  if (existsSync(testbedEnvFile)) {
+    for (const line of readFileSync(testbedEnvFile, "utf8").split("\n")) {
+      const m = /^([A-Z0-9_]+)=(.*)$/.exec(line);
+      if (m?.[1] !== undefined && m[2] !== undefined) vars[m[1]] = unquoteShell(m[2]);
+    }
+  }
+  for (const [k, v] of Object.entries(process.env)) if (k.startsWith("TESTBED_") && v !== undefined) vars[k] = v;
+  return vars;
+}
+
+function unquoteShell(v: string): string {
+  if (v.startsWith("'") && v.endsWith("'")) return v.slice(1, -1);
+  if (v.startsWith("$'") && v.endsWith("'")) return v.slice(2, -1).replace(/\\(.)/g, "$1");
+  return v.replace(/\\(.)/g, "$1");
+}
+
+/** The value of a testbed variable; a missing one fails with the command that provides it. */
+export function need(name: string): string {
+  const v = testbedEnv()[name];
+  if (v === undefined || v === "") {
+    throw new Error(`${name} is not set: start the testbed with 'bash e2e/testbed/up' (it writes ${testbedEnvFile})`);
+  }
+  return v;
+}
+
+/** A short, lower-case, DNS-safe name unique to this test run. */
+export function uniqueName(prefix: string): string {
+  return `${prefix}-${Date.now().toString(36)}-${randomBytes(3).toString("hex")}`.toLowerCase();
+}
+
+// ---- Kafka ----
+
+export function kafka(clientId = "dfe-archiver-test"): Kafka {
+  return new Kafka({ clientId, brokers: need("TESTBED_KAFKA_BROKERS").split(","), logLevel: logLevel.NOTHING });
+}
+
+async function withAdmin<T>(fn: (admin: Admin) => Promise<T>): Promise<T> {
+  const admin = kafka().admin();
+  await admin.connect();
+  try {
+    return await fn(admin);
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+/** Creates a topic of its own for this test, deleted when the test ends. */
+export async function kafkaTopic(t: TestContext, opts: { partitions?: number; prefix?: string } = {}): Promise<string> {
+  const topic = uniqueName(opts.prefix ?? "t");
+  await withAdmin((admin) =>
+    admin.createTopics({ topics: [{ topic, numPartitions: opts.partitions ?? 1 }], waitForLeaders: true }),
+  );
+  t.after(() => withAdmin((admin) => admin.deleteTopics({ topics: [topic] })).catch(() => undefined));
+  return topic;
+}
+
+// ---- MinIO (S3) ----
+
+export function s3Client(): S3Client {
+  return new S3Client({
+    endpoint: need("TESTBED_MINIO_ENDPOINT"),
+    region: testbedEnv()["TESTBED_MINIO_REGION"] ?? "us-east-1",
+    forcePathStyle: true,
+    credentials: { accessKeyId: need("TESTBED_MINIO_ACCESS_KEY"), secretAccessKey: need("TESTBED_MINIO_SECRET_KEY") },
+  });
+}
+
+/** Creates a bucket of its own; at the end removes its objects, aborts leftover uploads, removes the bucket. */
+export async function minioBucket(t: TestContext): Promise<string> {
+  const s3 = s3Client();
+  const bucket = uniqueName("b");
+  await s3.send(new CreateBucketCommand({ Bucket: bucket }));
+  t.after(async () => {
+    try {
+      await emptyBucket(s3, bucket);
+      await s3.send(new DeleteBucketCommand({ Bucket: bucket }));
+    } finally {
+      s3.destroy();
+    }
+  });
+  return bucket;
+}
+
+async function emptyBucket(s3: S3Client, bucket: string): Promise<void> {
+  for (;;) {
+    const page = await s3.send(new ListObjectsV2Command({ Bucket: bucket }));
+    const keys = (page.Contents ?? []).flatMap((o) => (o.Key === undefined ? [] : [{ Key: o.Key }]));
+    if (keys.length === 0) break;
+    await s3.send(new DeleteObjectsCommand({ Bucket: bucket, Delete: { Objects: keys } }));
+  }
+  const uploads = await s3.send(new ListMultipartUploadsCommand({ Bucket: bucket }));
+  for (const u of uploads.Uploads ?? []) {
+    await s3.send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: u.Key, UploadId: u.UploadId }));
+  }
+}
+
+// ---- fake-gcs-server ----
+
+export function gcsStorage(): Storage {
+  return new Storage({
+    apiEndpoint: need("TESTBED_GCS_ENDPOINT"),
+    projectId: testbedEnv()["TESTBED_GCS_PROJECT"] ?? "testbed",
+  });
+}
+
+export async function gcsBucket(t: TestContext): Promise<string> {
+  const storage = gcsStorage();
+  const name = uniqueName("g");
+  await storage.createBucket(name);
+  t.after(async () => {
+    const bucket = storage.bucket(name);
+    await bucket.deleteFiles({ force: true });
+    await bucket.delete();
+  });
+  return name;
+}
+
+// ---- Azurite ----
+
+export function blobService(): BlobServiceClient {
+  const account = need("TESTBED_AZURITE_ACCOUNT");
+  return new BlobServiceClient(
+    need("TESTBED_AZURITE_BLOB_ENDPOINT"),
+    new StorageSharedKeyCredential(account, need("TESTBED_AZURITE_KEY")),
+  );
+}
+
+export async function azureContainer(t: TestContext): Promise<string> {
+  const name = uniqueName("c");
+  const container = blobService().getContainerClient(name);
+  await container.create();
+  t.after(() => container.deleteIfExists().then(() => undefined));
+  return name;
+}
+
+// ---- kube-apiserver ----
+
+/** The testbed's admin kubeconfig (static token, system:masters). */
+export function kubeConfig(): KubeConfig {
+  const kc = new KubeConfig();
+  kc.loadFromFile(need("TESTBED_KUBECONFIG"));
+  return kc;
+}
+
+/** A kubeconfig that authenticates with a bearer token (a ServiceAccount's TokenRequest token, say). */
+export function kubeConfigForToken(token: string): KubeConfig {
+  const kc = new KubeConfig();
+  kc.loadFromOptions({
+    clusters: [{ name: "testbed", server: need("TESTBED_KUBE_SERVER"), caFile: need("TESTBED_KUBE_CA") }],
+    users: [{ name: "token", token }],
+    contexts: [{ name: "testbed", cluster: "testbed", user: "token" }],
+    currentContext: "testbed",
+  });
+  return kc;
+}
+
+/** Creates a namespace of its own; deleted (with everything in it) when the test ends. */
+export async function kubeNamespace(t: TestContext): Promise<string> {
+  const core = kubeConfig().makeApiClient(CoreV1Api);
+  const name = uniqueName("ns");
+  await core.createNamespace({ body: { metadata: { name, labels: { "dfe-archiver.test": "true" } } } });
+  t.after(() => core.deleteNamespace({ name }).then(() => undefined));
+  return name;
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Stops what kube/up.sh started (by pid file only). Keeps etcd's data, certificates and tokens unless asked:
+#   down.sh --wipe      (or TESTBED_KUBE_WIPE=1)      also delete the etcd data: the next up starts an empty cluster
+#   down.sh --wipe-all  (or TESTBED_KUBE_WIPE=all)    also delete certificates, tokens and kubeconfigs
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+wipe=${TESTBED_KUBE_WIPE:-0}
+for arg in "$@"; do
+  case $arg in
+    --wipe) wipe=1 ;;
+    --wipe-all) wipe=all ;;
+    *) tb_log "kube down: unknown argument $arg (use --wipe or --wipe-all)"; exit 2 ;;
+  esac
+done
+
+tb_stop kube-controller-manager
+tb_stop kube-apiserver
+tb_stop kube-etcd
+
+case $wipe in
+  1 | all)
+    tb_log "kube: wiping etcd data"
+    rm -rf "$TB_RUN/kube-etcd/data" "$TB_RUN/kube-etcd/data.broken"
+    ;;
+esac
+if [[ $wipe == all ]]; then
+  tb_log "kube: wiping certificates, tokens and kubeconfigs"
+  rm -rf "$TB_RUN/kube"
+fi

@@ -1,0 +1,68 @@
+# Shared helpers for the testbed service scripts (sourced, not run).
+# Layout: builds under $TB_CACHE/<svc>/<version>/, runtime state (pid, data, env fragment) under $TB_RUN/<svc>/,
+# logs at $TB_LOGS/<svc>.log. Every server listens on 127.0.0.1 only.
+set -euo pipefail
+TB_ROOT=${DFE_ARCHIVER_CACHE:-$HOME/.cache/dfe-archiver}
+TB_CACHE=$TB_ROOT/testbed
+TB_RUN=$TB_CACHE/run
+TB_LOGS=$TB_CACHE/logs
+TB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+mkdir -p "$TB_CACHE" "$TB_RUN" "$TB_LOGS"
+
+tb_log() { printf '[testbed %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# tb_running SVC: true when the process recorded in SVC's pid file is alive.
+tb_running() {
+  local pidfile=$TB_RUN/$1/pid
+  [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null
+}
+
+# tb_start SVC CMD...: starts CMD detached in its own session, logging to $TB_LOGS/SVC.log, pid in $TB_RUN/SVC/pid.
+tb_start() {
+  local svc=$1; shift
+  mkdir -p "$TB_RUN/$svc"
+  tb_log "$svc: starting (log: $TB_LOGS/$svc.log)"
+  setsid "$@" >>"$TB_LOGS/$svc.log" 2>&1 < /dev/null &
+  echo $! >"$TB_RUN/$svc/pid"
+}
+
+# tb_wait SVC SECONDS CHECK...: polls CHECK until it succeeds; on timeout or death prints the log tail and fails.
+tb_wait() {
+  local svc=$1 secs=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if ! tb_running "$svc"; then
+      tb_log "$svc: process exited; last log lines ($TB_LOGS/$svc.log):"; tail -n 40 "$TB_LOGS/$svc.log" >&2; return 1
+    fi
+    if ((SECONDS >= deadline)); then
+      tb_log "$svc: not answering after ${secs}s; last log lines ($TB_LOGS/$svc.log):"; tail -n 40 "$TB_LOGS/$svc.log" >&2; return 1
+    fi
+    sleep 0.5
+  done
+  tb_log "$svc: up"
+}
+
+# tb_env SVC KEY VALUE: records one line of SVC's fragment of testbed.env (rewritten on each up).
+tb_env() {
+  mkdir -p "$TB_RUN/$1"
+  printf '%s=%q\n' "$2" "$3" >>"$TB_RUN/$1/env"
+}
+
+tb_env_reset() { mkdir -p "$TB_RUN/$1"; : >"$TB_RUN/$1/env"; }
+
+# tb_stop SVC: stops only what tb_start started (its whole process group), then forgets the pid.
+tb_stop() {
+  local svc=$1 pidfile=$TB_RUN/$1/pid pid
+  [[ -f $pidfile ]] || return 0
+  pid=$(cat "$pidfile")
+  if kill -0 "$pid" 2>/dev/null; then
+    tb_log "$svc: stopping pid $pid"
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+  fi
+  rm -f "$pidfile"
+}
+
+# tb_port_open PORT: true when something accepts TCP on 127.0.0.1:PORT.
+tb_port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
