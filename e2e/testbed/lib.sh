@@ -11,10 +11,19 @@ mkdir -p "$TB_CACHE" "$TB_RUN" "$TB_LOGS"
 
 tb_log() { printf '[testbed %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# tb_alive PID: true while PID runs. A zombie counts as dead: once up.sh has exited, the server's parent is PID 1,
+# which may take a while to reap it.
+tb_alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  local state
+  state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+  [[ $state != Z ]]
+}
+
 # tb_running SVC: true when the process recorded in SVC's pid file is alive.
 tb_running() {
   local pidfile=$TB_RUN/$1/pid
-  [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null
+  [[ -f $pidfile ]] && tb_alive "$(cat "$pidfile")"
 }
 
 # tb_start SVC CMD...: starts CMD detached in its own session, logging to $TB_LOGS/SVC.log, pid in $TB_RUN/SVC/pid.
@@ -55,10 +64,10 @@ tb_stop() {
   local svc=$1 pidfile=$TB_RUN/$1/pid pid
   [[ -f $pidfile ]] || return 0
   pid=$(cat "$pidfile")
-  if kill -0 "$pid" 2>/dev/null; then
+  if tb_alive "$pid"; then
     tb_log "$svc: stopping pid $pid"
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    for _ in $(seq 1 80); do tb_alive "$pid" || break; sleep 0.25; done
     kill -KILL -- "-$pid" 2>/dev/null || true
   fi
   rm -f "$pidfile"

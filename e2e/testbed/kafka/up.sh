@@ -52,9 +52,11 @@ if [[ ! -f $KAFKA_HOME/.complete || $(cat "$KAFKA_HOME/.complete") != "$stamp" ]
   command -v mvn >/dev/null || { tb_log "kafka: mvn not on PATH, needed to resolve Kafka from Maven Central"; exit 1; }
   tb_log "kafka: resolving Kafka $KAFKA_VERSION jars from Maven Central into $LIBS"
   rm -rf "$KAFKA_HOME.tmp" && mkdir -p "$KAFKA_HOME.tmp"
-  mvn -q -B -ntp -Dstyle.color=never -f "$pom" -Dkafka.version="$KAFKA_VERSION" \
+  if ! mvn -q -B -ntp -Dstyle.color=never -f "$pom" -Dkafka.version="$KAFKA_VERSION" \
     org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
-    -DincludeScope=runtime -DoutputDirectory="$KAFKA_HOME.tmp/libs" >&2
+    -DincludeScope=runtime -DoutputDirectory="$KAFKA_HOME.tmp/libs" >"$KAFKA_HOME.tmp/mvn.log" 2>&1; then
+    tb_log "kafka: maven could not resolve the jars:"; cat "$KAFKA_HOME.tmp/mvn.log" >&2; exit 1
+  fi
   ls "$KAFKA_HOME.tmp/libs/kafka_2.13-$KAFKA_VERSION.jar" >/dev/null
   echo "$stamp" >"$KAFKA_HOME.tmp/.complete"
   rm -rf "$KAFKA_HOME" && mv "$KAFKA_HOME.tmp" "$KAFKA_HOME"
@@ -93,6 +95,9 @@ transaction.state.log.num.partitions=10
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# After a kill -9 the restarted broker must wait out its old registration session: keep that short.
+broker.heartbeat.interval.ms=1000
+broker.session.timeout.ms=4000
 message.max.bytes=$MAX_BYTES
 replica.fetch.max.bytes=$MAX_BYTES
 replica.fetch.response.max.bytes=$MAX_BYTES
@@ -113,7 +118,7 @@ if [[ ! -f $DATA/.testbed-formatted || ! -s $PASSFILE ]]; then
   cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
   rm -rf "$DATA" && mkdir -p "$DATA"
   tb_log "kafka: formatting $DATA (cluster id $cluster_id)"
-  "$JAVA" "${JAVA_OPTS[@]}" -cp "$LIBS/*" kafka.tools.StorageTool format -t "$cluster_id" -c "$CONF" \
+  "$JAVA" "${JAVA_OPTS[@]}" -cp "$LIBS/*" kafka.tools.StorageTool format --cluster-id="$cluster_id" --config="$CONF" \
     --add-scram "SCRAM-SHA-256=[name=$SASL_USER,password=$pw]" \
     --add-scram "SCRAM-SHA-512=[name=$SASL_USER,password=$pw]" >>"$LOG" 2>&1 \
     || { tb_log "kafka: storage format failed; see $LOG"; tail -n 20 "$LOG" >&2; exit 1; }

@@ -1,0 +1,212 @@
+// Runs the real runtime (runtime/src/main.ts) as a child process on the project's Node 24, and reads back what it
+// archived with the codecs' own CLIs, so end-to-end tests see exactly what a user would.
+import { spawn, execFileSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readdirSync, statSync, writeFileSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, relative, resolve } from "node:path";
+import type { TestContext } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
+import { stringify } from "yaml";
+import { kafka } from "./testbed.ts";
+
+const repo = resolve(import.meta.dirname, "../..");
+export const nodeBin = join(repo, "node_modules/.bin/node");
+export const mainTs = join(repo, "runtime/src/main.ts");
+
+export function tempDir(t: TestContext, prefix = "dfe-archiver-"): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.once("error", rej);
+    s.listen(0, "127.0.0.1", () => {
+      const a = s.address();
+      const port = typeof a === "object" && a ? a.port : 0;
+      s.close(() => res(port));
+    });
+  });
+}
+
+export interface RunningArchiver {
+  readonly proc: ChildProcess;
+  readonly metricsAddr: string;
+  output(): string;
+  metric(name: string, labels?: Record<string, string>): Promise<number>;
+  /** Resolves with the exit code (or the signal's name). */
+  readonly exited: Promise<number | string>;
+  stop(signal?: NodeJS.Signals): Promise<number | string>;
+}
+
+/** Starts the runtime with `config` written as its config file, plus env; stops it when the test ends. */
+export async function startArchiver(
+  t: TestContext,
+  config: Record<string, unknown>,
+  opts: { env?: Record<string, string>; dir?: string; waitReady?: boolean } = {},
+): Promise<RunningArchiver> {
+  const dir = opts.dir ?? tempDir(t);
+  const file = join(dir, `config-${Date.now()}.yaml`);
+  writeFileSync(file, stringify(config));
+  const port = await freePort();
+  const metricsAddr = `127.0.0.1:${port}`;
+  const proc = spawn(nodeBin, [mainTs, "run", "--config", file, "--metrics-addr", metricsAddr], {
+    cwd: dir,
+    env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "/root", ...opts.env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
+  proc.stderr?.on("data", (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<number | string>((res) => proc.once("exit", (code, sig) => res(code ?? sig ?? -1)));
+  let done = false;
+  void exited.then(() => (done = true));
+  t.after(async () => {
+    if (!done) {
+      proc.kill("SIGKILL");
+      await exited;
+    }
+  });
+  const metric = async (name: string, labels: Record<string, string> = {}) => {
+    const res = await fetch(`http://${metricsAddr}/metrics`);
+    return sumMetric(await res.text(), name, labels);
+  };
+  const running: RunningArchiver = {
+    proc,
+    metricsAddr,
+    output: () => out,
+    metric,
+    exited,
+    stop: async (signal = "SIGTERM") => {
+      proc.kill(signal);
+      return exited;
+    },
+  };
+  if (opts.waitReady ?? true) {
+    await waitFor(
+      async () => (await fetch(`http://${metricsAddr}/readyz`).catch(() => undefined))?.ok === true,
+      30_000,
+      () => `runtime not ready; output:\n${out}`,
+      () => done,
+    );
+  }
+  return running;
+}
+
+/** Sums the samples of a metric whose labels include `labels`. */
+export function sumMetric(text: string, name: string, labels: Record<string, string> = {}): number {
+  let sum = 0;
+  for (const line of text.split("\n")) {
+    if (!line.startsWith(name)) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const got = Object.fromEntries([...(m[3] ?? "").matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((x) => [x[1], x[2]]));
+    if (Object.entries(labels).every(([k, v]) => got[k] === v)) sum += Number(m[4]);
+  }
+  return sum;
+}
+
+export async function waitFor(
+  cond: () => Promise<boolean> | boolean,
+  timeoutMs: number,
+  what: () => string,
+  abort: () => boolean = () => false,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await cond()) return;
+    if (abort() || Date.now() > deadline) throw new Error(what());
+    await sleep(200);
+  }
+}
+
+/** Every archive file under `root`, relative path and size. */
+export function archiveFiles(root: string): { path: string; size: number }[] {
+  const out: { path: string; size: number }[] = [];
+  const walk = (d: string) => {
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      const p = join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else out.push({ path: relative(root, p), size: statSync(p).size });
+    }
+  };
+  walk(root);
+  return out.sort((a, b) => a.path.localeCompare(b.path));
+}
+
+const CLI: Record<string, string[]> = {
+  ".zst": ["zstd", "-dc"],
+  ".lz4": ["lz4", "-dc"],
+  ".gz": ["gzip", "-dc"],
+  ".sz": ["/usr/bin/python3", "-m", "snappy", "-d"],
+};
+
+/** Decompresses an archive file with the codec's own tool (not the project's code). */
+export function decompressWithCli(file: string): Buffer {
+  const suffix = Object.keys(CLI).find((s) => file.endsWith(s));
+  const cmd = suffix ? CLI[suffix] : undefined;
+  if (!cmd || cmd[0] === undefined) throw new Error(`no CLI known for ${file}`);
+  if (suffix === ".sz") return execFileSync(cmd[0], [...cmd.slice(1), file, "/dev/stdout"], { maxBuffer: 1 << 30 });
+  return execFileSync(cmd[0], [...cmd.slice(1), file], { maxBuffer: 1 << 30 });
+}
+
+/** The archived lines of every file under root, grouped by the file's destination directory. */
+export function readArchive(root: string): { files: { path: string; lines: string[] }[]; lines: string[] } {
+  const files = archiveFiles(root).map((f) => {
+    const text = decompressWithCli(join(root, f.path)).toString("utf8");
+    const lines = text.endsWith("\n") ? text.slice(0, -1).split("\n") : text === "" ? [] : text.split("\n");
+    return { path: f.path, lines };
+  });
+  return { files, lines: files.flatMap((f) => f.lines) };
+}
+
+/** Produces `count` records made by `make(i)` in batches, acks=all. */
+export async function produce(
+  topic: string,
+  count: number,
+  make: (i: number) => { value: string | Buffer; partition?: number; key?: string },
+  batch = 5000,
+): Promise<void> {
+  const producer = kafka("dfe-archiver-test-producer").producer({ allowAutoTopicCreation: false });
+  await producer.connect();
+  try {
+    for (let start = 0; start < count; start += batch) {
+      const messages = [];
+      for (let i = start; i < Math.min(count, start + batch); i++) messages.push(make(i));
+      await producer.send({ topic, acks: -1, messages });
+    }
+  } finally {
+    await producer.disconnect();
+  }
+}
+
+/** Committed offsets of a group against the topic's end offsets. */
+export async function groupOffsets(
+  groupId: string,
+  topic: string,
+): Promise<{ committed: Record<number, number>; end: Record<number, number> }> {
+  const admin = kafka().admin();
+  await admin.connect();
+  try {
+    const [c] = await admin.fetchOffsets({ groupId, topics: [topic] });
+    const ends = await admin.fetchTopicOffsets(topic);
+    return {
+      committed: Object.fromEntries((c?.partitions ?? []).map((p) => [p.partition, Number(p.offset)])),
+      end: Object.fromEntries(ends.map((p) => [p.partition, Number(p.high)])),
+    };
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+export function hasCli(cmd: string): boolean {
+  try {
+    execFileSync("sh", ["-c", `command -v ${cmd}`]);
+    return true;
+  } catch {
+    return false;
+  }
+}
