@@ -98,6 +98,8 @@ func runEtcd(args []string) int {
 	cfg.QuotaBackendBytes = *quota
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "5m"
+	// NewConfig leaves this at 0, which logs every request as "expensive".
+	cfg.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	var err error
 	if cfg.ListenClientUrls, err = urls(*client); err != nil {
 		fmt.Fprintln(os.Stderr, "etcd:", err)

@@ -15,7 +15,8 @@ KCM_PORT=39657
 SERVER=https://127.0.0.1:$APISERVER_PORT
 ISSUER=https://kubernetes.default.svc.cluster.local
 SERVICE_CIDR=10.96.0.0/16 # only allocated in etcd: nothing routes or listens there
-CONTROLLERS=${TESTBED_KUBE_CONTROLLERS:-garbagecollector,namespace,serviceaccount,serviceaccount-token,root-ca-certificate-publisher,deployment,replicaset,statefulset,job,cronjob,ttl-after-finished,resourcequota}
+# (--endpoint-reconciler-type none: the default/kubernetes Endpoints may not hold a loopback address)
+CONTROLLERS=${TESTBED_KUBE_CONTROLLERS:-garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller,deployment-controller,replicaset-controller,statefulset-controller,job-controller,cronjob-controller,ttl-after-finished-controller,resourcequota-controller}
 
 STATE=$TB_RUN/kube
 PKI=$STATE/pki
@@ -70,48 +71,63 @@ current-context: testbed
 EOF
 }
 
-# One-time material: CA, serving cert, service-account key pair, tokens, kubeconfigs.
+# One-time material, each piece made when missing: CA, serving and front-proxy certs, service-account key pair,
+# tokens, kubeconfigs. A new CA means everything signed by the old one is made again.
+issue_cert() { # issue_cert NAME CN EXTENSIONS...
+  local name=$1 cn=$2; shift 2
+  [[ -s $name.crt && -s $name.key ]] && return 0
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$cn" \
+    -keyout "$name.key" -out "$name.csr" 2>/dev/null
+  printf '%s\n' "basicConstraints=CA:FALSE" "$@" >"$name.ext"
+  openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+    -extfile "$name.ext" -out "$name.crt" 2>/dev/null
+  rm -f "$name.csr" "$name.ext"
+  chmod 644 "$name.crt"
+}
+
 generate() {
-  [[ -f $STATE/.generated ]] && return 0
-  tb_log "kube: generating CA, certificates, keys and tokens in $STATE"
-  rm -rf "$PKI"
   mkdir -p "$PKI"
   (
     cd "$PKI"
     umask 077
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
-      -subj "/CN=dfe-archiver-testbed-ca" -keyout ca.key -out ca.crt \
-      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-      -subj "/CN=kube-apiserver" -keyout serving.key -out serving.csr 2>/dev/null
-    cat >serving.ext <<EOF
-basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
-EOF
-    openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-      -extfile serving.ext -out serving.crt 2>/dev/null
-    openssl genrsa -out sa.key 2048 2>/dev/null
-    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-    chmod 644 ca.crt serving.crt sa.pub
+    if [[ ! -s ca.crt || ! -s ca.key ]]; then
+      tb_log "kube: generating CA, certificates and keys in $PKI"
+      rm -f ./*.crt ./*.key ./*.srl
+      openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+        -subj "/CN=dfe-archiver-testbed-ca" -keyout ca.key -out ca.crt \
+        -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+      chmod 644 ca.crt
+    fi
+    issue_cert serving kube-apiserver "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" \
+      "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    issue_cert front-proxy-client front-proxy-client "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=clientAuth"
+    if [[ ! -s sa.key || ! -s sa.pub ]]; then
+      openssl genrsa -out sa.key 2048 2>/dev/null
+      openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+      chmod 644 sa.pub
+    fi
   )
+  if [[ ! -s $STATE/tokens.csv || ! -s $STATE/admin.token ]]; then
+    local admin kcm
+    admin=$(openssl rand -hex 24) kcm=$(openssl rand -hex 24)
+    (umask 077; printf '%s\n' "$admin" >"$STATE/admin.token")
+    # token,user,uid,"group1,group2"
+    (umask 077; printf '%s,testbed-admin,testbed-admin,"system:masters"\n%s,system:kube-controller-manager,system:kube-controller-manager\n' \
+      "$admin" "$kcm" >"$STATE/tokens.csv")
+  fi
+  # Rewritten every time (cheap): they follow the current CA and tokens.
   local admin kcm
-  admin=$(openssl rand -hex 24) kcm=$(openssl rand -hex 24)
-  (umask 077; printf '%s\n' "$admin" >"$STATE/admin.token")
-  # token,user,uid,"group1,group2"
-  (umask 077; printf '%s,testbed-admin,testbed-admin,"system:masters"\n%s,system:kube-controller-manager,system:kube-controller-manager\n' \
-    "$admin" "$kcm" >"$STATE/tokens.csv")
+  admin=$(cat "$STATE/admin.token")
+  kcm=$(awk -F, '$2 == "system:kube-controller-manager" { print $1 }' "$STATE/tokens.csv")
   (umask 077; kubeconfig testbed-admin "$admin" >"$STATE/admin.kubeconfig")
   (umask 077; kubeconfig system:kube-controller-manager "$kcm" >"$STATE/kube-controller-manager.kubeconfig")
-  touch "$STATE/.generated"
 }
 
 start_etcd() {
   tb_running kube-etcd && return 0
   port_free kube-etcd "$ETCD_PORT"
   port_free kube-etcd "$ETCD_PEER_PORT"
-  mkdir -p "$ETCD_DATA"
+  mkdir -p -m 700 "$ETCD_DATA"
   local fsync=()
   [[ ${TESTBED_KUBE_ETCD_FSYNC:-0} == 1 ]] || fsync=(--unsafe-no-fsync)
   tb_start kube-etcd "$BIN" etcd --name testbed --data-dir "$ETCD_DATA" "${fsync[@]}" \
@@ -127,11 +143,16 @@ start_apiserver() {
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
     --tls-cert-file "$PKI/serving.crt" --tls-private-key-file "$PKI/serving.key" \
     --client-ca-file "$PKI/ca.crt" \
+    --requestheader-client-ca-file "$PKI/ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
     --token-auth-file "$STATE/tokens.csv" \
     --authorization-mode Node,RBAC \
     --service-account-issuer "$ISSUER" --api-audiences "$ISSUER" \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --service-cluster-ip-range "$SERVICE_CIDR" \
+    --endpoint-reconciler-type none \
     --allow-privileged=true --profiling=false \
     --event-ttl 15m
   tb_wait kube-apiserver 90 apiserver_ready
@@ -156,7 +177,7 @@ KEDA_CRDS=$(bash "$TB_DIR/keda/crds.sh")
 
 if tb_running kube-etcd && tb_running kube-apiserver &&
    { [[ ${TESTBED_KUBE_SKIP_CONTROLLER_MANAGER:-0} == 1 ]] || tb_running kube-controller-manager; } &&
-   [[ -f $STATE/.generated ]]; then
+   [[ -s $STATE/admin.token && -s $PKI/ca.crt ]]; then
   tb_log "kube: already running"
   write_env
   exit 0

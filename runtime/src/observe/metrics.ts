@@ -35,6 +35,7 @@ export interface Metrics {
   readonly hotBuffersActive: Gauge;
   readonly hotBuffersBytes: Gauge;
   readonly heldRecords: Gauge;
+  readonly heldOffsetBytes: Gauge;
   readonly uploadsPending: Gauge;
   readonly stagedBytes: Gauge;
   readonly writersOpen: Gauge;
@@ -105,6 +106,7 @@ export function createMetrics(opts: { namespace?: string | undefined; defaultMet
     hotBuffersActive: gauge("hot_buffers_active", "Active hot buffers"),
     hotBuffersBytes: gauge("hot_buffers_bytes", "Total bytes in hot buffers"),
     heldRecords: gauge("held_records", "Records whose offsets are held until their archive file is durable"),
+    heldOffsetBytes: gauge("held_offset_bytes", "Bytes the held offsets cost, tracked by span"),
     uploadsPending: gauge("uploads_pending", "Archive files staged locally and not yet confirmed by the store"),
     stagedBytes: gauge("staged_bytes", "Bytes of archive files staged locally and not yet uploaded"),
     writersOpen: gauge("writers_open", "Open archive writers"),

@@ -1,0 +1,353 @@
+// Archive writers: one per destination, up to archive.max_writers. A writer appends each flushed frame to its open
+// file, rolls the file on its compressed size or its age, and reports every file once it is durable (or errored) so
+// the delivery stage can release the offsets its tickets carry. A writer holds no write buffer between flushes: only
+// its file, counters and tickets.
+import { ArchiverError, ConfigError } from "../errors.ts";
+import type { Metrics } from "../observe/metrics.ts";
+import type { ArchiveFile, ArchiveStore } from "../store/types.ts";
+import { expandPathTemplate, type TemplatePart } from "./path.ts";
+
+export type RollTrigger = "size" | "interval" | "evict" | "shutdown";
+
+export interface CompletedFile<T> {
+  readonly relPath: string;
+  readonly destination: string;
+  /** The tickets of every frame the file holds, in append order. */
+  readonly tickets: T[];
+  readonly records: number;
+  readonly rawBytes: number;
+  /** Compressed bytes: the file's size. */
+  readonly bytes: number;
+  /** Epoch milliseconds. */
+  readonly openedAt: number;
+  readonly closedAt: number;
+  readonly outcome: "done" | "errored";
+  readonly error?: unknown;
+}
+
+export type WriterMetrics = Pick<
+  Metrics,
+  | "filesCreated"
+  | "filesClosed"
+  | "archiveRoll"
+  | "writerEvictions"
+  | "writersOpen"
+  | "archiveErrors"
+  | "bytesCompressed"
+>;
+
+export interface WriterPoolOptions<T> {
+  readonly store: ArchiveStore;
+  /** The parsed archive.path_template. */
+  readonly parts: readonly TemplatePart[];
+  /** The codec's file suffix, e.g. ".zst". */
+  readonly codecSuffix: string;
+  /** Default ".jsonl". */
+  readonly extension?: string;
+  readonly rollSizeBytes: number;
+  readonly rollIntervalSecs: number;
+  readonly maxWriters: number;
+  /** Random per process, letters and digits: with the pool's counter it names each writer. */
+  readonly instanceId: string;
+  readonly codecName: string;
+  readonly metrics: WriterMetrics;
+  /** Called exactly once per file that holds a frame. A throw here is a caller's bug and surfaces unhandled. */
+  readonly onComplete: (file: CompletedFile<T>) => void;
+  /** Epoch milliseconds; default Date.now. */
+  readonly now?: () => number;
+}
+
+export interface WriterPool<T> {
+  /**
+   * Appends one compressed frame to the destination's open file. Resolves once the frame is on the file, which then
+   * holds `ticket`. Rejects (with the store's ArchiverError) with nothing of the frame left on the file: the ticket
+   * stays the caller's. Appends for one destination apply in call order.
+   */
+  append(destination: string, frame: Buffer, records: number, rawBytes: number, ticket: T): Promise<void>;
+  /** Rolls files older than roll_interval_secs; call about once a second. */
+  tick(): void;
+  /** Shutdown: lets accepted appends land, then completes every file. Later appends are refused. */
+  closeAll(): Promise<void>;
+  stats(): { writers: number; closing: number };
+}
+
+interface OpenFile<T> {
+  readonly file: ArchiveFile;
+  readonly openedAt: number;
+  readonly tickets: T[];
+  readonly blockLengths: number[];
+  records: number;
+  rawBytes: number;
+  rollQueued: boolean;
+}
+
+interface Writer<T> {
+  readonly destination: string;
+  readonly id: string;
+  /** Sequence number of the last file this writer opened. */
+  seq: number;
+  file: OpenFile<T> | undefined;
+  /** Every operation on the writer chains here, so its frames never reorder or interleave. */
+  tail: Promise<void>;
+}
+
+const SEQ: readonly TemplatePart[] = [{ token: "seq" }];
+const noop = () => undefined;
+
+class Pool<T> implements WriterPool<T> {
+  readonly #o: WriterPoolOptions<T>;
+  readonly #extension: string;
+  readonly #now: () => number;
+  /** Writers holding a place under the cap, least recently used first. */
+  readonly #open = new Map<string, Writer<T>>();
+  /** New writers waiting for a place; their appends queue on them meanwhile. */
+  readonly #waiting = new Map<string, Writer<T>>();
+  /** Writers retired but not yet complete: each still holds its place under the cap. */
+  #closing = 0;
+  #released: PromiseWithResolvers<undefined> | undefined;
+  /** Background work closeAll waits for: retiring writers and completing files. */
+  readonly #inflight = new Set<Promise<void>>();
+  #writers = 0;
+  #closed = false;
+
+  constructor(opts: WriterPoolOptions<T>) {
+    this.#o = opts;
+    this.#extension = opts.extension ?? ".jsonl";
+    this.#now = opts.now ?? Date.now;
+  }
+
+  append(destination: string, frame: Buffer, records: number, rawBytes: number, ticket: T): Promise<void> {
+    if (this.#closed) {
+      return Promise.reject(new ArchiverError("writers_closed", "append after the writers closed", "permanent"));
+    }
+    let w = this.#open.get(destination);
+    if (w !== undefined) {
+      this.#open.delete(destination);
+      this.#open.set(destination, w);
+    } else {
+      w = this.#waiting.get(destination) ?? this.#newWriter(destination);
+    }
+    const writer = w;
+    return this.#enqueue(writer, () => this.#write(writer, frame, records, rawBytes, ticket));
+  }
+
+  tick(): void {
+    const now = this.#now();
+    const maxAge = this.#o.rollIntervalSecs * 1000;
+    for (const w of this.#open.values()) {
+      const f = w.file;
+      if (f === undefined || f.rollQueued || now - f.openedAt < maxAge) continue;
+      f.rollQueued = true;
+      void this.#enqueue(w, () => {
+        if (w.file === f) this.#track(this.#roll(w, "interval"));
+      });
+    }
+  }
+
+  async closeAll(): Promise<void> {
+    this.#closed = true;
+    // Waiting writers take places as retired ones free them, then are retired in turn.
+    for (;;) {
+      for (const w of [...this.#open.values()]) this.#retire(w, "shutdown");
+      const pending = [...this.#inflight, ...[...this.#waiting.values()].map((w) => w.tail)];
+      if (pending.length === 0) return;
+      await Promise.allSettled(pending);
+    }
+  }
+
+  stats(): { writers: number; closing: number } {
+    return { writers: this.#open.size, closing: this.#closing };
+  }
+
+  #enqueue(w: Writer<T>, op: () => Promise<void> | void): Promise<void> {
+    const run = w.tail.then(op);
+    w.tail = run.then(noop, noop);
+    return run;
+  }
+
+  #track(p: Promise<void>): void {
+    this.#inflight.add(p);
+    // Only a throwing onComplete rejects here: rethrown so it surfaces unhandled rather than vanishing.
+    p.then(
+      () => this.#inflight.delete(p),
+      (err: unknown) => {
+        this.#inflight.delete(p);
+        throw err;
+      },
+    );
+  }
+
+  #newWriter(destination: string): Writer<T> {
+    const w: Writer<T> = {
+      destination,
+      // Unique per writer, so an evicted writer still closing and its replacement never share a name.
+      id: `${this.#o.instanceId}_${++this.#writers}`,
+      seq: 0,
+      file: undefined,
+      tail: Promise.resolve(),
+    };
+    this.#waiting.set(destination, w);
+    w.tail = this.#place(w);
+    return w;
+  }
+
+  /** Gives `w` a place under the cap, evicting the least recently used writer and waiting for a close if needed. */
+  async #place(w: Writer<T>): Promise<void> {
+    let evicted = false;
+    while (this.#open.size + this.#closing >= this.#o.maxWriters) {
+      // Each new writer evicts one; it evicts again only when no close is left that could free a place.
+      if (!evicted || this.#closing === 0) {
+        const lru = this.#open.values().next().value;
+        if (lru !== undefined) {
+          this.#retire(lru, "evict");
+          evicted = true;
+        }
+      }
+      this.#released ??= Promise.withResolvers<undefined>();
+      await this.#released.promise;
+    }
+    this.#waiting.delete(w.destination);
+    this.#open.set(w.destination, w);
+    this.#gauge();
+  }
+
+  /** Closes `w` behind its queued appends; it keeps its place under the cap until its file completes. */
+  #retire(w: Writer<T>, trigger: "evict" | "shutdown"): void {
+    this.#open.delete(w.destination);
+    this.#closing++;
+    if (trigger === "evict") this.#o.metrics.writerEvictions.inc();
+    this.#gauge();
+    const closed = this.#enqueue(w, () => this.#roll(w, trigger));
+    this.#track(
+      closed.finally(() => {
+        this.#closing--;
+        this.#gauge();
+        const released = this.#released;
+        this.#released = undefined;
+        released?.resolve(undefined);
+      }),
+    );
+  }
+
+  /** writers_open counts every writer holding a place, closing ones included. */
+  #gauge(): void {
+    this.#o.metrics.writersOpen.set(this.#open.size + this.#closing);
+  }
+
+  async #write(w: Writer<T>, frame: Buffer, records: number, rawBytes: number, ticket: T): Promise<void> {
+    const f = w.file ?? (await this.#openFile(w));
+    const before = f.file.size;
+    try {
+      await f.file.append(frame);
+    } catch (err) {
+      this.#o.metrics.archiveErrors.inc();
+      await this.#cutBack(w, f, before);
+      throw err;
+    }
+    f.blockLengths.push(frame.length);
+    f.tickets.push(ticket);
+    f.records += records;
+    f.rawBytes += rawBytes;
+    this.#o.metrics.bytesCompressed.inc(frame.length);
+    // The roll's completion runs in the background; the next append opens the next file.
+    if (f.file.size >= this.#o.rollSizeBytes) this.#track(this.#roll(w, "size"));
+  }
+
+  async #openFile(w: Writer<T>): Promise<OpenFile<T>> {
+    // Taken before the open, so a retry after a failed open (EEXIST included) never meets the same name.
+    const seq = ++w.seq;
+    const openedAt = this.#now();
+    const at = new Date(openedAt);
+    const relPath =
+      `${w.destination}/${expandPathTemplate(this.#o.parts, at, seq)}-${expandPathTemplate(SEQ, at, seq)}` +
+      `-${w.id}${this.#extension}${this.#o.codecSuffix}`;
+    let file: ArchiveFile;
+    try {
+      file = await this.#o.store.open(relPath);
+    } catch (err) {
+      this.#o.metrics.archiveErrors.inc();
+      throw err;
+    }
+    this.#o.metrics.filesCreated.inc();
+    const f: OpenFile<T> = {
+      file,
+      openedAt,
+      tickets: [],
+      blockLengths: [],
+      records: 0,
+      rawBytes: 0,
+      rollQueued: false,
+    };
+    w.file = f;
+    return f;
+  }
+
+  /** Cuts a failed append back to the last whole block; a file that cannot be cut back is given up, errored. */
+  async #cutBack(w: Writer<T>, f: OpenFile<T>, size: number): Promise<void> {
+    try {
+      await f.file.truncate(size);
+    } catch (err) {
+      this.#o.metrics.archiveErrors.inc();
+      w.file = undefined;
+      if (f.blockLengths.length > 0) this.#report(w, f, this.#now(), { error: err });
+      this.#abandon(f);
+    }
+  }
+
+  /** Detaches the writer's file and completes it. */
+  async #roll(w: Writer<T>, trigger: RollTrigger): Promise<void> {
+    const f = w.file;
+    if (f === undefined) return;
+    w.file = undefined;
+    // A file whose only append was cut back holds nothing to deliver.
+    if (f.blockLengths.length === 0) return this.#abandon(f);
+    this.#o.metrics.archiveRoll.inc({ trigger });
+    this.#o.metrics.filesClosed.inc();
+    const closedAt = this.#now();
+    const { records, openedAt, blockLengths } = f;
+    try {
+      await f.file.complete({ records, codec: this.#o.codecName, openedAt, closedAt, blockLengths });
+    } catch (err) {
+      this.#o.metrics.archiveErrors.inc();
+      return this.#report(w, f, closedAt, { error: err });
+    }
+    this.#report(w, f, closedAt);
+  }
+
+  #report(w: Writer<T>, f: OpenFile<T>, closedAt: number, failure?: { error: unknown }): void {
+    this.#o.onComplete({
+      relPath: f.file.relPath,
+      destination: w.destination,
+      tickets: f.tickets,
+      records: f.records,
+      rawBytes: f.rawBytes,
+      bytes: f.file.size,
+      openedAt: f.openedAt,
+      closedAt,
+      ...(failure ? { outcome: "errored", error: failure.error } : { outcome: "done" }),
+    });
+  }
+
+  #abandon(f: OpenFile<T>): void {
+    this.#track(
+      f.file.abandon().catch(() => {
+        this.#o.metrics.archiveErrors.inc();
+      }),
+    );
+  }
+}
+
+/** The writer pool. Throws ConfigError when archive.max_writers is below 1 (no writer could ever open). */
+export function createWriterPool<T>(opts: WriterPoolOptions<T>): WriterPool<T> {
+  if (!Number.isInteger(opts.maxWriters) || opts.maxWriters < 1) {
+    throw new ConfigError("archive.max_writers", `must be a whole number of at least 1, got ${opts.maxWriters}`);
+  }
+  if (!/^[A-Za-z0-9]+$/.test(opts.instanceId)) {
+    throw new ArchiverError(
+      "invalid_instance_id",
+      `instance id must be letters and digits: ${opts.instanceId}`,
+      "permanent",
+    );
+  }
+  return new Pool(opts);
+}

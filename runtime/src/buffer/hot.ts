@@ -1,0 +1,210 @@
+// Hot buffers: at most 64 destinations buffer at once; a record for another flushes the least recently used first.
+// A buffer flushes at flush_bytes plus one record, flush_records, or flush_age_secs; all of them together stay under
+// a shared cap (a quarter of the memory limit), past which the largest flush first. A buffer allocates nothing until
+// a record arrives and hands its memory to the batch when it flushes.
+import type { Hold } from "../delivery/hold.ts";
+
+export const HOT_BUFFER_COUNT = 64;
+const NEWLINE = 0x0a;
+const FIRST_ALLOC = 64 * 1024;
+
+export type FlushTrigger = "bytes" | "records" | "age" | "evict" | "cap" | "drain";
+
+/** What a buffer hands over when it flushes: payloads, each followed by a newline, and the hold of their offsets. */
+export interface FlushBatch {
+  readonly destination: string;
+  readonly data: Buffer;
+  readonly records: number;
+  readonly hold: Hold;
+  readonly trigger: FlushTrigger;
+  /** Byte offset one past each record's newline, so a refused batch can be split back into records. */
+  readonly ends: Uint32Array;
+}
+
+export interface HotBufferOptions {
+  flushBytes: number;
+  flushRecords: number;
+  flushAgeMs: number;
+  /** Bytes all buffers together may hold. */
+  capBytes: number;
+  /** A new hold for a buffer that receives its first record. */
+  openHold: () => Hold;
+  onFlush: (batch: FlushBatch) => void;
+  /** A hold left with no records once a discard emptied its buffer: the owner releases it. */
+  onEmptied: (hold: Hold) => void;
+  now?: () => number;
+}
+
+class HotBuffer {
+  readonly destination: string;
+  data: Buffer | undefined;
+  length = 0;
+  records = 0;
+  ends: Uint32Array | undefined;
+  /** Runs of consecutive records from one partition slot: [slot, records, endByte] triples. */
+  runs: number[] = [];
+  hold: Hold | undefined;
+  openedAt = 0;
+
+  constructor(destination: string) {
+    this.destination = destination;
+  }
+}
+
+export class HotBufferPool {
+  readonly #opts: HotBufferOptions;
+  readonly #now: () => number;
+  /** Insertion order is recency order: a touched buffer is re-inserted at the end. */
+  readonly #buffers = new Map<string, HotBuffer>();
+  #bytes = 0;
+
+  constructor(opts: HotBufferOptions) {
+    this.#opts = opts;
+    this.#now = opts.now ?? Date.now;
+  }
+
+  /** Buffers one record for `destination`; flushes whatever the record pushes past a limit. */
+  add(destination: string, slot: number, offset: number, value: Uint8Array): void {
+    let b = this.#buffers.get(destination);
+    if (b === undefined) {
+      if (this.#buffers.size >= HOT_BUFFER_COUNT) {
+        const lru = this.#buffers.values().next().value;
+        if (lru !== undefined) this.#flush(lru, "evict");
+      }
+      b = new HotBuffer(destination);
+      this.#buffers.set(destination, b);
+    } else if (this.#buffers.size > 1) {
+      this.#buffers.delete(destination);
+      this.#buffers.set(destination, b);
+    }
+    this.#append(b, slot, offset, value);
+    if (b.length >= this.#opts.flushBytes) this.#flush(b, "bytes");
+    else if (b.records >= this.#opts.flushRecords) this.#flush(b, "records");
+    if (this.#bytes > this.#opts.capBytes) this.#relieveCap();
+  }
+
+  #append(b: HotBuffer, slot: number, offset: number, value: Uint8Array): void {
+    const need = b.length + value.length + 1;
+    if (b.data === undefined || need > b.data.length) b.data = grow(b.data, b.length, need, this.#opts.flushBytes);
+    if (b.hold === undefined) {
+      b.hold = this.#opts.openHold();
+      b.openedAt = this.#now();
+    }
+    b.data.set(value, b.length);
+    b.data[b.length + value.length] = NEWLINE;
+    b.length = need;
+    if (b.ends === undefined || b.records >= b.ends.length) b.ends = growEnds(b.ends, b.records);
+    b.ends[b.records] = need;
+    b.records++;
+    this.#bytes += value.length + 1;
+    const r = b.runs;
+    const n = r.length;
+    if (n > 0 && r[n - 3] === slot) {
+      r[n - 2] = (r[n - 2] ?? 0) + 1;
+      r[n - 1] = need;
+    } else r.push(slot, 1, need);
+    b.hold.add(slot, offset);
+  }
+
+  #flush(b: HotBuffer, trigger: FlushTrigger): void {
+    this.#buffers.delete(b.destination);
+    if (b.records === 0 || b.data === undefined || b.hold === undefined || b.ends === undefined) return;
+    this.#bytes -= b.length;
+    this.#opts.onFlush({
+      destination: b.destination,
+      data: b.data.subarray(0, b.length),
+      records: b.records,
+      hold: b.hold,
+      trigger,
+      ends: b.ends.subarray(0, b.records),
+    });
+  }
+
+  #relieveCap(): void {
+    const bySize = [...this.#buffers.values()].sort((a, b) => b.length - a.length);
+    for (const b of bySize) {
+      if (this.#bytes <= this.#opts.capBytes) break;
+      this.#flush(b, "cap");
+    }
+  }
+
+  /** Flushes every buffer older than flush_age (call about once a second). */
+  tick(): void {
+    const cutoff = this.#now() - this.#opts.flushAgeMs;
+    for (const b of [...this.#buffers.values()]) if (b.openedAt <= cutoff) this.#flush(b, "age");
+  }
+
+  /** Flushes everything (shutdown, reload). */
+  flushAll(): void {
+    for (const b of [...this.#buffers.values()]) this.#flush(b, "drain");
+  }
+
+  /** Discards, before any write, the buffered records of revoked partition slots; returns how many. */
+  discardSlots(slots: ReadonlySet<number>): number {
+    let discarded = 0;
+    for (const b of [...this.#buffers.values()]) {
+      if (!b.runs.some((_, i) => i % 3 === 0 && slots.has(b.runs[i] ?? -1))) continue;
+      discarded += this.#discard(b, slots);
+      if (b.records === 0) {
+        this.#buffers.delete(b.destination);
+        if (b.hold !== undefined) this.#opts.onEmptied(b.hold);
+      }
+    }
+    return discarded;
+  }
+
+  #discard(b: HotBuffer, slots: ReadonlySet<number>): number {
+    const data = b.data;
+    const ends = b.ends;
+    const hold = b.hold;
+    if (data === undefined || ends === undefined || hold === undefined) return 0;
+    let write = 0;
+    let read = 0;
+    let rec = 0;
+    let kept = 0;
+    const runs: number[] = [];
+    for (let i = 0; i < b.runs.length; i += 3) {
+      const slot = b.runs[i] ?? 0;
+      const count = b.runs[i + 1] ?? 0;
+      const end = b.runs[i + 2] ?? 0;
+      if (!slots.has(slot)) {
+        data.copy(data, write, read, end);
+        for (let k = 0; k < count; k++) ends[kept + k] = (ends[rec + k] ?? 0) - read + write;
+        write += end - read;
+        kept += count;
+        runs.push(slot, count, write);
+      }
+      rec += count;
+      read = end;
+    }
+    let dropped = 0;
+    for (const s of slots) dropped += hold.dropSlot(s);
+    this.#bytes -= b.length - write;
+    b.length = write;
+    b.records = kept;
+    b.runs = runs;
+    return dropped;
+  }
+
+  stats(): { buffers: number; bytes: number; records: number } {
+    let records = 0;
+    for (const b of this.#buffers.values()) records += b.records;
+    return { buffers: this.#buffers.size, bytes: this.#bytes, records };
+  }
+}
+
+// Doubling growth, capped near flush_bytes: the cap counts bytes buffered, the allocation can run to twice that.
+function grow(old: Buffer | undefined, used: number, need: number, flushBytes: number): Buffer {
+  let size = Math.max(old?.length ?? 0, Math.min(FIRST_ALLOC, flushBytes + 1));
+  while (size < need) size = Math.min(size * 2, Math.max(need, flushBytes + 1));
+  if (size < need) size = need;
+  const next = Buffer.allocUnsafe(size);
+  if (old !== undefined) old.copy(next, 0, 0, used);
+  return next;
+}
+
+function growEnds(old: Uint32Array | undefined, used: number): Uint32Array {
+  const next = new Uint32Array(Math.max(1024, used * 2));
+  if (old !== undefined) next.set(old.subarray(0, used));
+  return next;
+}

@@ -1,0 +1,76 @@
+// Compression: each flush becomes one complete standalone frame (zstd frame, LZ4 frame, snappy framed stream, gzip
+// member), so a file of many flushes is one standard concatenated stream its codec's own tools read whole, and the
+// archiver can read a staged file back a flush at a time. All compression runs off the event loop.
+
+import { ConfigError } from "../errors.ts";
+import { Lz4Codec } from "./lz4.ts";
+import { SnappyCodec } from "./snappy.ts";
+import { GzipCodec, ZstdCodec } from "./zlib.ts";
+
+export const CODEC_NAMES = ["zstd", "lz4", "snappy", "gzip"] as const;
+export type CodecName = (typeof CODEC_NAMES)[number];
+export type CodecSuffix = ".zst" | ".lz4" | ".sz" | ".gz";
+
+export interface Codec {
+  readonly name: CodecName;
+  /** Appended to the object key after the extension. */
+  readonly suffix: CodecSuffix;
+  /** The level in use, or undefined for a codec without levels. */
+  readonly level: number | undefined;
+  /**
+   * One flushed batch in, one complete standalone frame out. Rejects with ArchiverError `codec_refused` (permanent)
+   * when the codec refuses the input, so the batch is dead-lettered.
+   */
+  compress(input: Buffer): Promise<Buffer>;
+  /**
+   * One block (one compress() output, as a manifest's block length delimits it) back to the batch. Rejects with
+   * ArchiverError `codec_corrupt` (permanent) when the block does not decode or fails its checksum.
+   */
+  decompress(block: Buffer): Promise<Buffer>;
+}
+
+export interface LevelRange {
+  readonly min: number;
+  readonly max: number;
+  readonly default: number;
+}
+
+/** The levels each codec accepts. lz4-napi's frame API (lz4_flex) has a single speed and snappy has none. */
+export const CODEC_LEVELS = {
+  zstd: { min: 1, max: 22, default: 3 },
+  lz4: undefined,
+  snappy: undefined,
+  gzip: { min: 1, max: 9, default: 6 },
+} as const satisfies Record<CodecName, LevelRange | undefined>;
+
+/**
+ * Builds the codec for `compression.codec` / `compression.level`. A level outside the codec's range is a ConfigError.
+ * A level given to a codec without levels is ignored (and `level` reads undefined), since the seed's configuration
+ * carries `level: 3` whatever the codec.
+ */
+export function createCodec(name: CodecName, level?: number): Codec {
+  switch (name) {
+    case "zstd":
+      return new ZstdCodec(levelIn(name, level));
+    case "gzip":
+      return new GzipCodec(levelIn(name, level));
+    case "lz4":
+      return new Lz4Codec();
+    case "snappy":
+      return new SnappyCodec();
+  }
+}
+
+function levelIn(name: "zstd" | "gzip", level: number | undefined): number {
+  const range: LevelRange = CODEC_LEVELS[name];
+  const chosen = level ?? range.default;
+  if (!Number.isInteger(chosen) || chosen < range.min || chosen > range.max) {
+    throw new ConfigError(
+      "compression.level",
+      `${chosen} is not a ${name} level; use an integer ${range.min}-${range.max}`,
+    );
+  }
+  return chosen;
+}
+
+export { readBlocks } from "./blocks.ts";

@@ -1,0 +1,90 @@
+// The README's config table, generated from the schema so the two cannot drift: scripts/generate.ts writes it
+// between the markers, and a test fails when the README's copy is stale.
+import { z } from "zod";
+import { nestedEnvName } from "./env.ts";
+import { CONFIG_LEAVES, MEMORY_LEAVES, type Leaf } from "./schema.ts";
+
+export const TABLE_START = "<!-- config-table:start -->";
+export const TABLE_END = "<!-- config-table:end -->";
+
+interface JsonField {
+  type?: string;
+  enum?: unknown[];
+  default?: unknown;
+  minimum?: number;
+  maximum?: number;
+  exclusiveMinimum?: number;
+  exclusiveMaximum?: number;
+  items?: JsonField;
+}
+
+const cell = (text: string) => text.replace(/\|/g, "\\|");
+const code = (text: string) => `\`${text}\``;
+
+function typeOf(leaf: Leaf, js: JsonField): string {
+  let text: string;
+  if (js.enum) text = js.enum.map((v) => code(String(v))).join(" | ");
+  else if (js.type === "array") text = `${js.items?.type ?? "value"}[]`;
+  else {
+    const bounds: string[] = [];
+    if (js.minimum !== undefined && js.minimum > Number.MIN_SAFE_INTEGER) bounds.push(`≥ ${js.minimum}`);
+    if (js.exclusiveMinimum !== undefined) bounds.push(`> ${js.exclusiveMinimum}`);
+    if (js.maximum !== undefined && js.maximum < Number.MAX_SAFE_INTEGER) bounds.push(`≤ ${js.maximum}`);
+    if (js.exclusiveMaximum !== undefined) bounds.push(`< ${js.exclusiveMaximum}`);
+    text = `${js.type ?? "value"}${bounds.length ? ` (${bounds.join(", ")})` : ""}`;
+  }
+  return leaf.meta.secret ? `${text}, secret` : text;
+}
+
+function defaultOf(leaf: Leaf, js: JsonField): string {
+  if (js.default !== undefined) return code(typeof js.default === "string" ? js.default : JSON.stringify(js.default));
+  return leaf.meta.derivedDefault ?? "unset";
+}
+
+function envOf(leaf: Leaf, envOnly: boolean): string {
+  const names = [leaf.meta.env ?? (envOnly ? undefined : nestedEnvName(leaf.path)), leaf.meta.cli];
+  return names
+    .filter((n) => n !== undefined)
+    .map(code)
+    .join(" / ");
+}
+
+function row(leaf: Leaf, envOnly: boolean): string {
+  const js = z.toJSONSchema(leaf.schema, { io: "input" }) as JsonField;
+  const cells = [
+    code(leaf.key),
+    typeOf(leaf, js),
+    defaultOf(leaf, js),
+    envOf(leaf, envOnly),
+    leaf.meta.description ?? "",
+  ];
+  return `| ${cells.map(cell).join(" | ")} |`;
+}
+
+/** Every key as a Markdown table: key, type or allowed values, default, env var (or flag), description. */
+export function renderConfigTable(): string {
+  return [
+    "| Key | Type | Default | Env var / flag | Description |",
+    "| --- | --- | --- | --- | --- |",
+    ...CONFIG_LEAVES.map((l) => row(l, false)),
+    ...MEMORY_LEAVES.map((l) => row(l, true)),
+  ].join("\n");
+}
+
+function markers(readme: string): { start: number; end: number } | undefined {
+  const start = readme.indexOf(TABLE_START);
+  const end = readme.indexOf(TABLE_END);
+  return start === -1 || end < start ? undefined : { start: start + TABLE_START.length, end };
+}
+
+/** The table between the README's markers, or undefined when the markers are missing. */
+export function readConfigTable(readme: string): string | undefined {
+  const m = markers(readme);
+  return m && readme.slice(m.start, m.end).trim();
+}
+
+/** The README with the block between the markers replaced by the current table; undefined without the markers. */
+export function spliceConfigTable(readme: string): string | undefined {
+  const m = markers(readme);
+  return m && `${readme.slice(0, m.start)}\n${renderConfigTable()}\n${readme.slice(m.end)}`;
+}

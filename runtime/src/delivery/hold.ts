@@ -1,0 +1,55 @@
+// A hold: the offsets of the records one flush (or one file) carries, kept by span rather than per record.
+// Per partition slot it keeps only the lowest offset and the count, because the commit floor of a partition is the
+// lowest offset any unreleased hold carries: every offset below it belongs to a hold already released.
+
+export class Hold {
+  /** Partition slots (see OffsetTracker.slot), with the lowest offset and the record count of each. */
+  readonly slots: number[] = [];
+  readonly mins: number[] = [];
+  readonly counts: number[] = [];
+  #last = -1;
+
+  add(slot: number, offset: number): void {
+    // Records of one transport batch share a partition, so the last slot is almost always the one.
+    let i = this.#last;
+    if (i < 0 || this.slots[i] !== slot) {
+      i = this.slots.indexOf(slot);
+      if (i < 0) {
+        i = this.slots.length;
+        this.slots.push(slot);
+        this.mins.push(offset);
+        this.counts.push(0);
+      }
+      this.#last = i;
+    }
+    this.counts[i] = (this.counts[i] ?? 0) + 1;
+    if (offset < (this.mins[i] ?? offset)) this.mins[i] = offset;
+  }
+
+  get records(): number {
+    let n = 0;
+    for (const c of this.counts) n += c;
+    return n;
+  }
+
+  get empty(): boolean {
+    return this.slots.length === 0;
+  }
+
+  /** Removes a slot's records (a revoked partition); returns how many records it held. */
+  dropSlot(slot: number): number {
+    const i = this.slots.indexOf(slot);
+    if (i < 0) return 0;
+    const n = this.counts[i] ?? 0;
+    this.slots.splice(i, 1);
+    this.mins.splice(i, 1);
+    this.counts.splice(i, 1);
+    this.#last = -1;
+    return n;
+  }
+
+  /** Approximate bytes this hold keeps alive (object header plus three small arrays). */
+  get bytes(): number {
+    return 96 + 24 * this.slots.length;
+  }
+}

@@ -1,0 +1,132 @@
+#!/usr/bin/env node
+// dfe-archiver run: loads the config cascade, serves health and metrics, runs the pipeline until SIGTERM/SIGINT,
+// then drains (stop receiving, flush, complete files, commit) and exits 0, or non-zero when offsets were withheld.
+import { readFileSync } from "node:fs";
+import type { Logger } from "pino";
+import { loadConfig } from "./config/load.ts";
+import { idleReason, redactConfig, type ResolvedConfig } from "./config/resolve.ts";
+import { ConfigError } from "./errors.ts";
+import { createLogger } from "./observe/log.ts";
+import { createMetrics, type Metrics } from "./observe/metrics.ts";
+import { startObserveServer, type HealthComponent } from "./observe/http.ts";
+import { Pipeline } from "./pipeline.ts";
+import { KafkaTransport } from "./transport/kafka.ts";
+import type { Transport } from "./transport/types.ts";
+
+const USAGE = `usage: dfe-archiver run [--config PATH] [--log-level LEVEL] [--log-format json|text] [--metrics-addr HOST:PORT]`;
+
+function kafkaTransport(cfg: ResolvedConfig, log: Logger): Transport {
+  const k = cfg.kafka;
+  if (k.topics.length === 0) {
+    throw new ConfigError("kafka.topics", "is empty: list the topics to archive (DFE_ARCHIVER_KAFKA_TOPICS=a,b)");
+  }
+  const sasl =
+    k.sasl_mechanism !== undefined
+      ? { mechanism: k.sasl_mechanism, username: k.sasl_username ?? "", password: k.sasl_password ?? "" }
+      : undefined;
+  const tls = k.tls;
+  const ssl = tls.enabled
+    ? {
+        rejectUnauthorized: tls.reject_unauthorized,
+        ...(tls.ca_path ? { ca: [readFileSync(tls.ca_path, "utf8")] } : {}),
+        ...(tls.cert_path ? { cert: readFileSync(tls.cert_path, "utf8") } : {}),
+        ...(tls.key_path ? { key: readFileSync(tls.key_path, "utf8") } : {}),
+      }
+    : undefined;
+  return new KafkaTransport({
+    brokers: k.brokers,
+    clientId: k.client_id,
+    groupId: k.group_id,
+    topics: k.topics,
+    sasl,
+    ssl,
+    sessionTimeoutMs: k.session_timeout_ms,
+    // About a kilobyte a record: batch_size records per fetch.
+    maxBytesPerPartition: Math.min(16 << 20, Math.max(1 << 20, k.batch_size * 1024)),
+    log,
+  });
+}
+
+function openTransport(cfg: ResolvedConfig, log: Logger): Transport {
+  if (cfg.transport === "kafka") return kafkaTransport(cfg, log);
+  throw new ConfigError("transport", "grpc is not available in this build yet; use transport: kafka");
+}
+
+async function run(argv: string[]): Promise<number> {
+  let loaded: ReturnType<typeof loadConfig>;
+  try {
+    loaded = loadConfig({ argv, env: process.env, cwd: process.cwd() });
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`dfe-archiver: refusing to start: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
+  const cfg = loaded.config;
+  const log = createLogger(cfg.logger.level, cfg.logger.format);
+  for (const w of loaded.warnings) log.warn(w);
+  log.info({ file: loaded.file, config: redactConfig(cfg) }, "effective config");
+
+  const metrics: Metrics = createMetrics({ namespace: cfg.metrics.namespace });
+  const idle = idleReason(cfg);
+  const components: Record<string, HealthComponent> = {
+    work_config: idle ? { state: "degraded", reason: idle } : { state: "ok" },
+    transport: idle ? { state: "ok", reason: "idle: no connection opened" } : { state: "ok" },
+    sink: { state: "ok" },
+  };
+  metrics.pipelineIdle.set(idle ? 1 : 0);
+  metrics.configValid.set(1);
+  const server = await startObserveServer(cfg.metrics.addr, metrics.registry, {
+    components: () => components,
+    pressure: () => 0,
+  });
+  log.info({ addr: server.address }, "serving /metrics /livez /readyz /health /scaling/pressure");
+
+  let stopping: ((signal: string) => void) | undefined;
+  const signalled = new Promise<string>((resolve) => (stopping = resolve));
+  for (const sig of ["SIGTERM", "SIGINT"] as const) process.once(sig, () => stopping?.(sig));
+
+  if (idle) {
+    log.warn({ reason: idle }, "idle until configured: no broker connection, no listener");
+    log.info({ signal: await signalled }, "stopping");
+    await server.close();
+    return 0;
+  }
+
+  let pipeline: Pipeline;
+  try {
+    pipeline = new Pipeline({ config: cfg, transport: openTransport(cfg, log), metrics, log });
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      log.error(`refusing to start: ${err.message}`);
+      await server.close();
+      return 2;
+    }
+    throw err;
+  }
+  void signalled.then((signal) => {
+    log.info({ signal }, "stopping");
+    void pipeline.drain();
+  });
+  await pipeline.start();
+  const exit = await pipeline.done;
+  await server.close();
+  if (exit.code !== 0)
+    log.error({ reason: exit.reason }, "exiting non-zero so the restart reads the withheld records again");
+  return exit.code;
+}
+
+const [cmd, ...rest] = process.argv.slice(2);
+if (cmd === "run") {
+  run(rest).then(
+    (code) => process.exit(code),
+    (err: unknown) => {
+      process.stderr.write(`dfe-archiver: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+      process.exit(1);
+    },
+  );
+} else {
+  process.stderr.write(`${USAGE}\n`);
+  process.exit(cmd === "--help" || cmd === "-h" ? 0 : 2);
+}

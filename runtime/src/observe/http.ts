@@ -1,0 +1,90 @@
+// /metrics, /livez, /readyz, /health and /scaling/pressure on metrics_addr.
+import { createServer, type Server } from "node:http";
+import type { Registry } from "prom-client";
+
+export type ComponentState = "ok" | "degraded" | "failed";
+
+export interface HealthComponent {
+  state: ComponentState;
+  reason?: string | undefined;
+}
+
+export interface HealthSource {
+  /** Component name -> state; readiness fails only on a failed component. */
+  components(): Record<string, HealthComponent>;
+  /** The scaling-pressure composite, 0-100. */
+  pressure(): number;
+}
+
+export interface ObserveServer {
+  readonly address: string;
+  close(): Promise<void>;
+}
+
+export function parseListenAddr(addr: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]*)):(\d+)$/.exec(addr);
+  const port = Number(m?.[3]);
+  if (!m || !Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new Error(`metrics address '${addr}' is not host:port (for example 0.0.0.0:9090)`);
+  }
+  return { host: m[1] ?? (m[2] || "0.0.0.0"), port };
+}
+
+export async function startObserveServer(
+  addr: string,
+  registry: Registry,
+  health: HealthSource,
+): Promise<ObserveServer> {
+  const { host, port } = parseListenAddr(addr);
+  const server: Server = createServer((req, res) => {
+    const path = (req.url ?? "/").split("?")[0];
+    const send = (code: number, type: string, body: string) => {
+      res.writeHead(code, { "content-type": type, "cache-control": "no-store" });
+      res.end(body);
+    };
+    switch (path) {
+      case "/metrics":
+        registry.metrics().then(
+          (text) => send(200, registry.contentType, text),
+          (err: unknown) => send(500, "text/plain", String(err)),
+        );
+        return;
+      case "/livez":
+        return send(200, "text/plain", "ok\n");
+      case "/readyz": {
+        const comps = health.components();
+        const failed = Object.entries(comps).filter(([, c]) => c.state === "failed");
+        const lines = Object.entries(comps).map(([k, c]) => `${k}: ${c.state}${c.reason ? ` (${c.reason})` : ""}`);
+        return send(
+          failed.length ? 503 : 200,
+          "text/plain",
+          `${failed.length ? "not ready" : "ok"}\n${lines.join("\n")}\n`,
+        );
+      }
+      case "/health": {
+        const comps = health.components();
+        const status = Object.values(comps).some((c) => c.state === "failed")
+          ? "failed"
+          : Object.values(comps).some((c) => c.state === "degraded")
+            ? "degraded"
+            : "ok";
+        return send(200, "application/json", JSON.stringify({ status, components: comps }));
+      }
+      case "/scaling/pressure":
+        return send(200, "application/json", JSON.stringify({ value: health.pressure() }));
+      default:
+        return send(404, "text/plain", "not found\n");
+    }
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => resolve());
+  });
+  const a = server.address();
+  const bound =
+    typeof a === "object" && a ? `${a.address.includes(":") ? `[${a.address}]` : a.address}:${a.port}` : addr;
+  return {
+    address: bound,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}

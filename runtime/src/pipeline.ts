@@ -1,0 +1,361 @@
+// The loop that joins the stages: transport batch -> route -> hot buffer -> flush (compress one frame) -> writer
+// appends -> roll -> file complete -> delivery releases the file's offsets -> transport commits the floor.
+import { randomBytes } from "node:crypto";
+import type { Logger } from "pino";
+import type { ResolvedConfig } from "./config/resolve.ts";
+import { createRouter, TOO_DEEP, type Router } from "./route/router.ts";
+import { HotBufferPool, type FlushBatch } from "./buffer/hot.ts";
+import { createCodec, type Codec } from "./codec/index.ts";
+import { createWriterPool, type CompletedFile, type WriterPool } from "./archive/writers.ts";
+import { parsePathTemplate } from "./archive/path.ts";
+import { openStore } from "./store/open.ts";
+import type { Hold } from "./delivery/hold.ts";
+import { OffsetTracker, type PartitionRef } from "./delivery/tracker.ts";
+import type { Metrics } from "./observe/metrics.ts";
+import type { InboundBatch, Transport, TransportSink } from "./transport/types.ts";
+import { resolveMemoryLimit } from "./regulate/memory.ts";
+import { ConfigError, isRetryable } from "./errors.ts";
+
+const TICK_MS = 1000;
+const MAX_FLUSHES_IN_FLIGHT = 256;
+const EMPTY = Buffer.alloc(0);
+
+export interface PipelineDeps {
+  config: ResolvedConfig;
+  transport: Transport;
+  metrics: Metrics;
+  log: Logger;
+  /** Distinguishes this process's writers from every other replica's in file names. */
+  instanceId?: string;
+}
+
+export type PipelineExit = { code: 0 } | { code: 1; reason: string };
+
+export class Pipeline implements TransportSink {
+  readonly #cfg: ResolvedConfig;
+  readonly #transport: Transport;
+  readonly #m: Metrics;
+  readonly #log: Logger;
+  readonly #tracker: OffsetTracker;
+  readonly #router: Router;
+  readonly #codec: Codec;
+  readonly #buffers: HotBufferPool;
+  readonly #writers: WriterPool<Hold>;
+  /** Per destination, the promise of its last append: frames of one destination reach the writer in flush order. */
+  readonly #chains = new Map<string, Promise<void>>();
+  readonly #inflight = new Set<Promise<void>>();
+  #inflightBytes = 0;
+  readonly #inflightCap: number;
+  readonly #waiters: (() => void)[] = [];
+  #timer: NodeJS.Timeout | undefined;
+  #committing: Promise<void> | undefined;
+  #commitAgain = false;
+  #draining: Promise<PipelineExit> | undefined;
+  #batchesRunning = 0;
+  #batchesIdle: (() => void) | undefined;
+  readonly #lag = new Map<number, number>();
+  #exitReason: string | undefined;
+  readonly #done: Promise<PipelineExit>;
+  #resolveDone!: (e: PipelineExit) => void;
+
+  constructor(deps: PipelineDeps) {
+    const cfg = deps.config;
+    this.#cfg = cfg;
+    this.#transport = deps.transport;
+    this.#m = deps.metrics;
+    this.#log = deps.log;
+    this.#done = new Promise((r) => (this.#resolveDone = r));
+    const destination = cfg.archive.destination;
+    if (destination === undefined) throw new ConfigError("archive.destination", "no destination: the pipeline idles");
+    this.#tracker = new OffsetTracker({ holdsCommit: cfg.offsetsHeld });
+    this.#router = createRouter({
+      mode: cfg.routing.mode,
+      fields: cfg.routing.expression_fields,
+      defaultSegment: cfg.routing.default_segment,
+    });
+    this.#codec = createCodec(cfg.compression.codec, cfg.compression.level);
+    const memory = resolveMemoryLimit(cfg.memory.limit_bytes, cfg.memory.cgroup_headroom);
+    const capBytes = Math.floor(memory.bytes / 4);
+    this.#inflightCap = Math.max(capBytes / 2, cfg.buffer.flush_bytes * 2);
+    this.#buffers = new HotBufferPool({
+      flushBytes: cfg.buffer.flush_bytes,
+      flushRecords: cfg.buffer.flush_records,
+      flushAgeMs: cfg.buffer.flush_age_secs * 1000,
+      capBytes,
+      openHold: () => this.#tracker.open(),
+      onFlush: (b) => this.#flush(b),
+      onEmptied: (h) => this.#tracker.release(h, "dropped"),
+    });
+    const parsed = parsePathTemplate(cfg.archive.path_template);
+    if ("error" in parsed) throw new ConfigError("archive.path_template", `unknown token ${parsed.error}`);
+    this.#writers = createWriterPool<Hold>({
+      store: openStore(destination),
+      parts: parsed.parts,
+      codecSuffix: this.#codec.suffix,
+      rollSizeBytes: cfg.archive.roll_size_bytes,
+      rollIntervalSecs: cfg.archive.roll_interval_secs,
+      maxWriters: cfg.archive.max_writers,
+      instanceId: deps.instanceId ?? randomBytes(3).toString("hex"),
+      codecName: this.#codec.name,
+      metrics: this.#m,
+      onComplete: (f) => this.#completed(f),
+    });
+    this.#log.info(
+      { memoryLimitBytes: memory.bytes, memorySource: memory.source, hotBufferCapBytes: capBytes },
+      "memory guard",
+    );
+    const guarantee = cfg.offsetsHeld
+      ? { guarantee: "at_least_once", reason: "offsets_held_until_durable" }
+      : {
+          guarantee: "best_effort",
+          reason: this.#transport.replayable ? "acknowledgements_disabled" : "sink_cannot_confirm",
+        };
+    this.#m.pipelineDeliveryGuarantee.reset();
+    this.#m.pipelineDeliveryGuarantee.set(guarantee, 1);
+  }
+
+  /** Starts receiving; resolves once the transport runs. `done` resolves when the pipeline has drained. */
+  async start(): Promise<void> {
+    this.#timer = setInterval(() => this.#tick(), TICK_MS);
+    this.#timer.unref();
+    await this.#transport.start(this);
+  }
+
+  get done(): Promise<PipelineExit> {
+    return this.#done;
+  }
+
+  // ---- transport sink ----
+
+  async onBatch(batch: InboundBatch): Promise<void> {
+    if (this.#draining) return;
+    this.#batchesRunning++;
+    try {
+      this.#route(batch);
+      while (this.#saturated() && !this.#draining) {
+        await new Promise<void>((r) => this.#waiters.push(r));
+      }
+    } finally {
+      if (--this.#batchesRunning === 0) this.#batchesIdle?.();
+    }
+  }
+
+  #route(batch: InboundBatch): void {
+    const topic = batch.topic;
+    const slot = this.#tracker.slot(topic ?? "", batch.partition);
+    const records = batch.records;
+    // Group the batch by destination before buffering, so that with more destinations than hot buffers a buffer the
+    // LRU evicts carries everything the batch had for it, not one record.
+    const groups = new Map<string, number[]>();
+    let tooDeep = 0;
+    for (let i = 0; i < records.length; i++) {
+      const r = records[i];
+      if (r === undefined) continue;
+      const dest = this.#router.route(topic, r.value ?? EMPTY);
+      if (dest === TOO_DEEP) {
+        tooDeep++;
+        continue;
+      }
+      const g = groups.get(dest);
+      if (g === undefined) groups.set(dest, [i]);
+      else g.push(i);
+    }
+    for (const [dest, idx] of groups) {
+      for (const i of idx) {
+        const r = records[i];
+        if (r !== undefined) this.#buffers.add(dest, slot, Number(r.offset), r.value ?? EMPTY);
+      }
+    }
+    const lastRecord = records[records.length - 1];
+    const last = lastRecord === undefined ? -1 : Number(lastRecord.offset);
+    if (last >= 0) this.#tracker.received(slot, last);
+    this.#m.messagesReceived.inc(records.length);
+    if (tooDeep > 0) {
+      // No DLQ yet takes them: a record nested past 64 levels is dropped and counted, never parsed.
+      this.#m.messagesDropped.inc({ reason: "too_deep" }, tooDeep);
+      this.#log.warn(
+        { topic, partition: batch.partition, records: tooDeep },
+        "payload nesting exceeds the maximum parse depth of 64: dropped",
+      );
+    }
+    if (batch.highWatermark !== undefined && last >= 0) {
+      this.#lag.set(slot, Math.max(0, Number(batch.highWatermark) - last - 1));
+    }
+    if (!this.#cfg.offsetsHeld) this.#scheduleCommit();
+  }
+
+  onAssigned(partitions: readonly PartitionRef[]): void {
+    this.#tracker.assigned(partitions);
+  }
+
+  onRevoked(partitions: readonly PartitionRef[]): void {
+    const slots = this.#tracker.revoked(partitions);
+    for (const s of slots) this.#lag.delete(s);
+    const discarded = this.#buffers.discardSlots(new Set(slots));
+    if (discarded > 0) {
+      this.#m.transportRevokeDiscarded.inc({ stage: "buffer" }, discarded);
+      this.#log.info({ partitions, discarded }, "revoked partitions: buffered records discarded before any write");
+    }
+  }
+
+  // ---- flush and write ----
+
+  #flush(b: FlushBatch): void {
+    const started = performance.now();
+    const bytes = b.data.length;
+    this.#inflightBytes += bytes;
+    this.#m.flushOperations.inc();
+    if (b.trigger === "evict") this.#m.hotBufferEvictions.inc();
+    this.#m.batchSizeBytes.observe(bytes);
+    const framed = this.#codec.compress(b.data);
+    const prev = this.#chains.get(b.destination);
+    const next = (prev ?? Promise.resolve())
+      .then(() => framed)
+      .then(
+        (frame) =>
+          this.#writers.append(b.destination, frame, b.records, bytes, b.hold).then(() => {
+            this.#m.messagesWritten.inc(b.records);
+            this.#m.bytesWritten.inc(bytes);
+            this.#m.flushDuration.observe((performance.now() - started) / 1000);
+          }),
+        (err: unknown) => this.#refused(b, err),
+      )
+      .catch((err: unknown) => (isRetryable(err) ? this.#writeFailed(b, err) : this.#refused(b, err)))
+      .finally(() => {
+        this.#inflightBytes -= bytes;
+        this.#inflight.delete(next);
+        if (this.#chains.get(b.destination) === next) this.#chains.delete(b.destination);
+        this.#wake();
+      });
+    this.#chains.set(b.destination, next);
+    this.#inflight.add(next);
+  }
+
+  /** The codec or the store refused the batch for good. No DLQ takes it yet: released Dropped and counted. */
+  #refused(b: FlushBatch, err: unknown): void {
+    this.#tracker.release(b.hold, "dropped");
+    this.#m.messagesDropped.inc({ reason: "refused" }, b.records);
+    this.#log.error({ err, destination: b.destination, records: b.records }, "batch refused for good: records dropped");
+    this.#scheduleCommit();
+  }
+
+  /** A write that failed: its offsets stay unreleased (Errored) and the process drains and exits to read again. */
+  #writeFailed(b: FlushBatch, err: unknown): void {
+    this.#m.archiveErrors.inc();
+    this.#tracker.release(b.hold, "errored");
+    this.#log.error({ err, destination: b.destination, records: b.records }, "archive write failed: offsets withheld");
+    this.#withhold("archive write failed");
+  }
+
+  #completed(f: CompletedFile<Hold>): void {
+    const outcome = f.outcome === "done" ? "done" : "errored";
+    for (const h of f.tickets) this.#tracker.release(h, outcome);
+    if (f.outcome === "done") {
+      this.#m.messagesArchived.inc(f.records);
+      this.#log.debug({ path: f.relPath, records: f.records, bytes: f.bytes }, "archive file complete");
+      this.#scheduleCommit();
+    } else {
+      this.#log.error(
+        { err: f.error, path: f.relPath, records: f.records },
+        "archive file could not complete: offsets withheld",
+      );
+      this.#withhold("archive file could not complete");
+    }
+  }
+
+  #withhold(reason: string): void {
+    this.#exitReason ??= reason;
+    void this.drain();
+  }
+
+  /** Flushes in flight past either bound hold intake back, so compress and write queues stay short. */
+  #saturated(): boolean {
+    return this.#inflightBytes > this.#inflightCap || this.#inflight.size > MAX_FLUSHES_IN_FLIGHT;
+  }
+
+  #wake(): void {
+    while (!this.#saturated() && this.#waiters.length > 0) this.#waiters.shift()?.();
+  }
+
+  // ---- commit ----
+
+  #scheduleCommit(): void {
+    if (this.#committing) {
+      this.#commitAgain = true;
+      return;
+    }
+    this.#committing = this.#commit().finally(() => {
+      this.#committing = undefined;
+      if (this.#commitAgain) {
+        this.#commitAgain = false;
+        this.#scheduleCommit();
+      }
+    });
+  }
+
+  async #commit(): Promise<void> {
+    const offsets = this.#tracker.commitable();
+    if (offsets.length === 0) return;
+    try {
+      await this.#transport.commit(offsets);
+      this.#tracker.committed(offsets);
+    } catch (err) {
+      this.#m.kafkaCommitErrors.inc();
+      this.#log.warn({ err, offsets }, "offset commit failed; retried at the next commit");
+    }
+  }
+
+  // ---- housekeeping ----
+
+  #tick(): void {
+    this.#buffers.tick();
+    this.#writers.tick();
+    this.#gauges();
+    this.#scheduleCommit();
+  }
+
+  #gauges(): void {
+    const s = this.#buffers.stats();
+    this.#m.hotBuffersActive.set(s.buffers);
+    this.#m.hotBuffersBytes.set(s.bytes);
+    this.#m.bufferBytes.set(s.bytes + this.#inflightBytes);
+    this.#m.bufferRecords.set(s.records);
+    this.#m.heldRecords.set(this.#tracker.heldRecords());
+    this.#m.heldOffsetBytes.set(this.#tracker.heldBytes());
+    let lag = 0;
+    for (const v of this.#lag.values()) lag += v;
+    this.#m.kafkaLag.set(lag);
+    const stats = this.#router.drainStats();
+    for (const [field, n] of stats.fallbacks) this.#m.routingFallback.inc({ field }, n);
+    if (stats.errors > 0) this.#m.routingErrors.inc(stats.errors);
+  }
+
+  // ---- shutdown ----
+
+  /** Stop receiving, flush every buffer, complete every file, commit; idempotent. */
+  drain(): Promise<PipelineExit> {
+    this.#draining ??= this.#drain();
+    return this.#draining;
+  }
+
+  async #drain(): Promise<PipelineExit> {
+    this.#log.info("draining: stop receiving, flush buffers, complete files, commit");
+    await this.#transport.stopReceiving();
+    this.#wake();
+    for (const w of this.#waiters.splice(0)) w();
+    if (this.#batchesRunning > 0) await new Promise<void>((r) => (this.#batchesIdle = r));
+    this.#buffers.flushAll();
+    while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
+    await this.#writers.closeAll();
+    clearInterval(this.#timer);
+    await this.#committing;
+    await this.#commit();
+    this.#gauges();
+    await this.#transport.close();
+    const reason = this.#exitReason ?? (this.#tracker.withheld ? "offsets withheld" : undefined);
+    const exit: PipelineExit = reason ? { code: 1, reason } : { code: 0 };
+    this.#log.info({ ...exit }, "drained");
+    this.#resolveDone(exit);
+    return exit;
+  }
+}

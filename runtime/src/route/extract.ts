@@ -1,0 +1,401 @@
+// Field extraction for expression routing: one validating pass over the record's bytes that decodes only the values
+// at the routed paths. It accepts exactly what JSON.parse(buf.toString("utf8")) accepts and yields what that parse
+// plus a path lookup would, without building the document: skipped keys and values are checked, never decoded.
+// The scan is a loop over an explicit container stack, so depth costs memory, never call stack.
+
+import { ConfigError } from "../errors.ts";
+import { nestingDepthExceeds } from "./depth.ts";
+
+/** What the last scan found at a path: `out[i]` holds a value only for Scalar. */
+export const FieldKind = {
+  /** Missing, null, or reached through a non-object. */
+  Absent: 0,
+  /** A string, number or boolean; `out[i]` is its string form. */
+  Scalar: 1,
+  /** An object or array: present, but no segment can be made of it. */
+  Container: 2,
+} as const;
+export type FieldKind = (typeof FieldKind)[keyof typeof FieldKind];
+
+export const ScanResult = { Ok: 0, Invalid: 1, TooDeep: 2 } as const;
+export type ScanResult = (typeof ScanResult)[keyof typeof ScanResult];
+
+export interface Extractor {
+  readonly paths: readonly string[];
+  /** Per path, the FieldKind found by the last scan that returned Ok; reused, not copied. */
+  readonly kinds: Uint8Array;
+  /**
+   * False when JSON.parse would throw on the record. Otherwise `out[i]` is the value at `paths[i]` as
+   * String(JSON.parse(...)) gives it, or undefined (see `kinds` to tell an object or array from a missing field).
+   * `out` is left unspecified on false.
+   */
+  extract(buf: Uint8Array, out: (string | undefined)[]): boolean;
+  /** As `extract`, but TooDeep exactly when nestingDepthExceeds(buf, maxDepth): the deep part is never scanned. */
+  scan(buf: Uint8Array, out: (string | undefined)[], maxDepth: number): ScanResult;
+}
+
+interface PathNode {
+  readonly key: string;
+  /**
+   * The key's bytes when it is printable ASCII with no quote or backslash: a record key with exactly these bytes is
+   * this key, with no decoding. Null for any other key, which is compared decoded.
+   */
+  readonly keyBytes: Uint8Array | null;
+  /** Indices of the paths ending at this node. */
+  readonly terminals: number[];
+  /** Indices of every path at or below this node: reset when its key repeats, since the last duplicate wins. */
+  readonly subtree: number[];
+  readonly children: PathNode[];
+  /** Whether some child has no keyBytes, so a key unlike every plain child may still decode to it. */
+  hasOddChild: boolean;
+}
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const OBJECT = 1;
+const ARRAY = 2;
+
+/** The character a one-letter escape stands for; 0 where the letter is no escape (u is handled apart). */
+const SIMPLE_ESCAPE = new Uint16Array(128);
+for (const [letter, char] of [
+  ['"', '"'],
+  ["\\", "\\"],
+  ["/", "/"],
+  ["b", "\b"],
+  ["f", "\f"],
+  ["n", "\n"],
+  ["r", "\r"],
+  ["t", "\t"],
+] as const) {
+  SIMPLE_ESCAPE[letter.charCodeAt(0)] = char.charCodeAt(0);
+}
+
+/** Hex digit value, 255 for a non-digit. */
+const HEX_VALUE = new Uint8Array(256).fill(255);
+for (let d = 0; d < 16; d++) {
+  HEX_VALUE["0123456789abcdef".charCodeAt(d)] = d;
+  HEX_VALUE["0123456789ABCDEF".charCodeAt(d)] = d;
+}
+
+function isDigit(c: number | undefined): boolean {
+  return c !== undefined && c >= 0x30 && c <= 0x39;
+}
+
+/** The index of the first non-space byte at or after p. Callers test `buf[p] <= 0x20` first: records are mostly compact. */
+function skipSpace(buf: Uint8Array, p: number, n: number): number {
+  while (p < n) {
+    const c = buf[p];
+    if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) break;
+    p++;
+  }
+  return p;
+}
+
+function asBuffer(buf: Uint8Array): Buffer {
+  return buf instanceof Buffer ? buf : Buffer.from(buf.buffer, buf.byteOffset, buf.byteLength);
+}
+
+/** The string between `start` and `end` (exclusive, quotes outside), unescaped as JSON.parse would. */
+function decodeString(buf: Uint8Array, start: number, end: number, escaped: boolean): string {
+  const b = asBuffer(buf);
+  if (!escaped) return b.toString("utf8", start, end);
+  // Raw runs are decoded whole: invalid UTF-8 there becomes U+FFFD exactly as in the whole-record decode, since an
+  // ASCII byte always ends a malformed sequence. \u escapes are code units, so pairs and lone surrogates both hold.
+  let out = "";
+  let run = start;
+  let p = start;
+  while (p < end) {
+    if (b[p] !== BACKSLASH) {
+      p++;
+      continue;
+    }
+    if (p > run) out += b.toString("utf8", run, p);
+    const e = b[p + 1] as number;
+    if (e === 0x75) {
+      out += String.fromCharCode(
+        ((HEX_VALUE[b[p + 2] as number] as number) << 12) |
+          ((HEX_VALUE[b[p + 3] as number] as number) << 8) |
+          ((HEX_VALUE[b[p + 4] as number] as number) << 4) |
+          (HEX_VALUE[b[p + 5] as number] as number),
+      );
+      p += 6;
+    } else {
+      out += String.fromCharCode(SIMPLE_ESCAPE[e] as number);
+      p += 2;
+    }
+    run = p;
+  }
+  if (end > run) out += b.toString("utf8", run, end);
+  return out;
+}
+
+function setScalar(node: PathNode, kinds: Uint8Array, out: (string | undefined)[], value: string): void {
+  for (const i of node.terminals) {
+    kinds[i] = FieldKind.Scalar;
+    out[i] = value;
+  }
+}
+
+function bytesEqual(buf: Uint8Array, start: number, key: Uint8Array): boolean {
+  for (let i = 0; i < key.length; i++) if (buf[start + i] !== key[i]) return false;
+  return true;
+}
+
+function newNode(key: string): PathNode {
+  const plain = /^[\x20-\x7e]*$/.test(key) && !/["\\]/.test(key);
+  const keyBytes = plain ? new Uint8Array(Buffer.from(key, "latin1")) : null;
+  return { key, keyBytes, terminals: [], subtree: [], children: [], hasOddChild: false };
+}
+
+class FieldExtractor implements Extractor {
+  readonly paths: readonly string[];
+  readonly kinds: Uint8Array;
+  private readonly root: PathNode;
+  /** Active objects by depth: the object at depth d holds routed keys iff d <= this scan's active depth. */
+  private readonly activeNodes: PathNode[];
+  /** Container type per open depth; grown on demand, kept across records. */
+  private stack = new Uint8Array(64);
+  /** Counts escapes met by `string`; a scan compares it before and after, so plain strings store nothing. */
+  private escapes = 0;
+  /** The routed child the last key named, set by `key`. */
+  private matched: PathNode | null = null;
+
+  constructor(paths: readonly string[]) {
+    this.paths = [...paths];
+    this.kinds = new Uint8Array(paths.length);
+    this.root = newNode("");
+    let longest = 0;
+    paths.forEach((path, index) => {
+      const keys = path.split(".");
+      if (keys.some((k) => k === "")) {
+        throw new ConfigError("routing.expression_fields", `"${path}" has an empty segment; use dot.separated.keys`);
+      }
+      longest = Math.max(longest, keys.length);
+      let node = this.root;
+      node.subtree.push(index);
+      for (const key of keys) {
+        let child = node.children.find((c) => c.key === key);
+        if (child === undefined) {
+          child = newNode(key);
+          node.children.push(child);
+          if (child.keyBytes === null) node.hasOddChild = true;
+        }
+        child.subtree.push(index);
+        node = child;
+      }
+      node.terminals.push(index);
+    });
+    this.activeNodes = new Array<PathNode>(longest + 1).fill(this.root);
+  }
+
+  extract(buf: Uint8Array, out: (string | undefined)[]): boolean {
+    return this.scan(buf, out, Infinity) === ScanResult.Ok;
+  }
+
+  scan(buf: Uint8Array, out: (string | undefined)[], maxDepth: number): ScanResult {
+    const r = this.parse(buf, out, maxDepth);
+    // A refusal before the depth limit may hide a deeper part further on; the plain depth scan decides, as it would
+    // have run first. Nesting cannot exceed the byte count, so short records skip it.
+    if (r === ScanResult.Invalid && maxDepth < buf.length && nestingDepthExceeds(buf, maxDepth)) {
+      return ScanResult.TooDeep;
+    }
+    return r;
+  }
+
+  /**
+   * The validating pass. Until it fails, every byte read is a valid JSON prefix, where its depth equals the plain
+   * depth scan's count; so TooDeep here is exact, and Invalid is left to `scan` to re-check.
+   */
+  private parse(buf: Uint8Array, out: (string | undefined)[], maxDepth: number): ScanResult {
+    const n = buf.length;
+    const kinds = this.kinds;
+    let p = skipSpace(buf, 0, n);
+    let depth = 0;
+    // Active objects are the chain of depths 1..active whose keys lead along routed paths.
+    let active = 0;
+    // The routed node the next value belongs to; the root for the document itself.
+    let pending: PathNode | null = this.root;
+    for (;;) {
+      // A value starts at p.
+      const node = pending;
+      pending = null;
+      if (node !== null) {
+        for (const i of node.subtree) {
+          kinds[i] = FieldKind.Absent;
+          out[i] = undefined;
+        }
+      }
+      if (p >= n) return ScanResult.Invalid;
+      const c = buf[p];
+      if (c === 0x7b || c === 0x5b) {
+        if (++depth > maxDepth) return ScanResult.TooDeep;
+        if (depth >= this.stack.length) this.growStack();
+        this.stack[depth] = c === 0x7b ? OBJECT : ARRAY;
+        if (node !== null) {
+          for (const i of node.terminals) kinds[i] = FieldKind.Container;
+          if (c === 0x7b && node.children.length > 0) {
+            active = depth;
+            this.activeNodes[depth] = node;
+          }
+        }
+        if ((buf[++p] as number) <= 0x20) p = skipSpace(buf, p, n);
+        if (p < n && buf[p] === (c === 0x7b ? 0x7d : 0x5d)) {
+          if (depth === active) active--;
+          depth--;
+          p++;
+        } else if (c === 0x7b) {
+          p = this.key(buf, p, n, depth === active ? this.activeNodes[depth] : undefined);
+          if (p < 0) return ScanResult.Invalid;
+          pending = this.matched;
+          continue;
+        } else {
+          continue;
+        }
+      } else if (c === QUOTE) {
+        const start = p + 1;
+        const escapes = this.escapes;
+        p = this.string(buf, start, n);
+        if (p < 0) return ScanResult.Invalid;
+        if (node !== null && node.terminals.length > 0) {
+          setScalar(node, kinds, out, decodeString(buf, start, p - 1, this.escapes !== escapes));
+        }
+      } else if (c === 0x2d || isDigit(c)) {
+        const start = p;
+        p = number(buf, p, n);
+        if (p < 0) return ScanResult.Invalid;
+        if (node !== null && node.terminals.length > 0) {
+          setScalar(node, kinds, out, numberText(buf, start, p));
+        }
+      } else {
+        const word = c === 0x74 ? "true" : c === 0x66 ? "false" : c === 0x6e ? "null" : undefined;
+        if (word === undefined || p + word.length > n) return ScanResult.Invalid;
+        for (let k = 1; k < word.length; k++) if (buf[p + k] !== word.charCodeAt(k)) return ScanResult.Invalid;
+        p += word.length;
+        if (node !== null && c !== 0x6e) setScalar(node, kinds, out, word);
+      }
+      // After a value: separators and closers until the next value starts, or the document ends.
+      for (;;) {
+        if ((buf[p] as number) <= 0x20) p = skipSpace(buf, p, n);
+        if (depth === 0) return p === n ? ScanResult.Ok : ScanResult.Invalid;
+        if (p >= n) return ScanResult.Invalid;
+        const d = buf[p];
+        const open = this.stack[depth];
+        if (d === 0x2c) {
+          if ((buf[++p] as number) <= 0x20) p = skipSpace(buf, p, n);
+          if (open === OBJECT) {
+            p = this.key(buf, p, n, depth === active ? this.activeNodes[depth] : undefined);
+            if (p < 0) return ScanResult.Invalid;
+            pending = this.matched;
+          }
+          break;
+        }
+        if ((d === 0x7d && open === OBJECT) || (d === 0x5d && open === ARRAY)) {
+          if (depth === active) active--;
+          depth--;
+          p++;
+          continue;
+        }
+        return ScanResult.Invalid;
+      }
+    }
+  }
+
+  /** Reads `"key"` and its colon at p; returns where the value starts, or -1. Sets `matched` under `parent`. */
+  private key(buf: Uint8Array, p: number, n: number, parent: PathNode | undefined): number {
+    this.matched = null;
+    if (p >= n || buf[p] !== QUOTE) return -1;
+    const start = p + 1;
+    const escapes = this.escapes;
+    const end = this.string(buf, start, n);
+    if (end < 0) return -1;
+    if (parent !== undefined) this.matched = this.match(parent, buf, start, end - 1, this.escapes !== escapes);
+    p = end;
+    if ((buf[p] as number) <= 0x20) p = skipSpace(buf, p, n);
+    if (p >= n || buf[p] !== 0x3a) return -1;
+    return (buf[++p] as number) <= 0x20 ? skipSpace(buf, p, n) : p;
+  }
+
+  private match(parent: PathNode, buf: Uint8Array, start: number, end: number, escaped: boolean): PathNode | null {
+    const len = end - start;
+    for (const child of parent.children) {
+      const kb = child.keyBytes;
+      if (kb !== null && kb.length === len && bytesEqual(buf, start, kb)) return child;
+    }
+    // A plain child has no backslash, so bytes unlike it with no escape decode unlike it too; the rest (escapes, odd
+    // keys) are rare, and compared as JSON.parse would decode them.
+    if (!escaped && !parent.hasOddChild) return null;
+    const key = decodeString(buf, start, end, escaped);
+    for (const child of parent.children) if (child.key === key) return child;
+    return null;
+  }
+
+  /** Scans a string body from `p` (after the opening quote); returns the index after the closing quote, or -1. */
+  private string(buf: Uint8Array, p: number, n: number): number {
+    for (;;) {
+      if (p >= n) return -1;
+      const c = buf[p++] as number;
+      if (c === QUOTE) return p;
+      if (c >= 0x20 && c !== BACKSLASH) continue;
+      if (c < 0x20 || p >= n) return -1;
+      this.escapes++;
+      const e = buf[p++] as number;
+      if (e === 0x75) {
+        if (p + 4 > n) return -1;
+        // A non-digit is 255 and digits are below 16, so the union is 255 exactly when one is not a digit.
+        const digits =
+          (HEX_VALUE[buf[p] as number] as number) |
+          (HEX_VALUE[buf[p + 1] as number] as number) |
+          (HEX_VALUE[buf[p + 2] as number] as number) |
+          (HEX_VALUE[buf[p + 3] as number] as number);
+        if (digits === 255) return -1;
+        p += 4;
+      } else if (e >= 128 || SIMPLE_ESCAPE[e] === 0) {
+        return -1;
+      }
+    }
+  }
+
+  private growStack(): void {
+    const bigger = new Uint8Array(this.stack.length * 2);
+    bigger.set(this.stack);
+    this.stack = bigger;
+  }
+}
+
+/** Scans a number at p; returns the index after it, or -1 when it breaks JSON's grammar. */
+function number(buf: Uint8Array, p: number, n: number): number {
+  if (buf[p] === 0x2d) p++;
+  if (p >= n) return -1;
+  if (buf[p] === 0x30) p++;
+  else if (isDigit(buf[p])) p = digits(buf, p);
+  else return -1;
+  if (buf[p] === 0x2e) {
+    if (!isDigit(buf[++p])) return -1;
+    p = digits(buf, p);
+  }
+  if (buf[p] === 0x65 || buf[p] === 0x45) {
+    p++;
+    if (buf[p] === 0x2b || buf[p] === 0x2d) p++;
+    if (!isDigit(buf[p])) return -1;
+    p = digits(buf, p);
+  }
+  return p;
+}
+
+function digits(buf: Uint8Array, p: number): number {
+  while (isDigit(buf[p])) p++;
+  return p;
+}
+
+/** String(JSON.parse(literal)): a short plain integer is already that, other forms go through Number. */
+function numberText(buf: Uint8Array, start: number, end: number): string {
+  const text = asBuffer(buf).toString("latin1", start, end);
+  let plain = end - start <= 15 && !(buf[start] === 0x2d && buf[start + 1] === 0x30);
+  for (let i = start; plain && i < end; i++) plain = buf[i] !== 0x2e && buf[i] !== 0x65 && buf[i] !== 0x45;
+  return plain ? text : String(Number(text));
+}
+
+/** Compiles dot-notation paths (`_org_id`, `tags.category`) into one reusable extractor. */
+export function compileExtractor(paths: readonly string[]): Extractor {
+  return new FieldExtractor(paths);
+}

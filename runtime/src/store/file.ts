@@ -1,0 +1,230 @@
+// Local file system backend (file:///abs/path). A file is durable once it, and every directory from it up to the
+// destination root, is synced; a root the archiver had to create is also synced into the nearest parent that was
+// already there, so a node crash after the commit cannot lose the file or the path to it.
+import { mkdir, open, unlink, type FileHandle } from "node:fs/promises";
+import { dirname, isAbsolute, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { ArchiverError, type ErrorKind } from "../errors.ts";
+import type { ArchiveFile, ArchiveStore, FileMeta } from "./types.ts";
+
+// Decided by errno once, here. A code not listed is retryable: retrying costs lag, dropping costs records.
+const ERRNO_KIND: ReadonlyMap<string, ErrorKind> = new Map<string, ErrorKind>([
+  ["ENOSPC", "retryable"],
+  ["EIO", "retryable"],
+  ["EAGAIN", "retryable"],
+  ["EMFILE", "retryable"],
+  ["ENFILE", "retryable"],
+  ["EDQUOT", "retryable"],
+  ["EBUSY", "retryable"],
+  ["EACCES", "permanent"],
+  ["EPERM", "permanent"],
+  ["EROFS", "permanent"],
+  ["ENAMETOOLONG", "permanent"],
+  ["EISDIR", "permanent"],
+  ["ENOTDIR", "permanent"],
+  ["EINVAL", "permanent"],
+]);
+
+const errnoCode = (err: unknown): string | undefined =>
+  typeof err === "object" && err !== null && "code" in err && typeof err.code === "string" ? err.code : undefined;
+
+/** Wraps a file system error as an ArchiverError whose code is the errno code (`fs_error` when it has none). */
+export function fsError(err: unknown, op: string, path: string): ArchiverError {
+  if (err instanceof ArchiverError) return err;
+  const code = errnoCode(err);
+  const reason = err instanceof Error ? err.message : String(err);
+  const kind = (code === undefined ? undefined : ERRNO_KIND.get(code)) ?? "retryable";
+  return new ArchiverError(code ?? "fs_error", `${op} ${path}: ${reason}`, kind, { cause: err });
+}
+
+const invalidPath = (path: string, why: string) =>
+  new ArchiverError("invalid_path", `invalid path ${JSON.stringify(path)}: ${why}`, "permanent");
+
+function checkRelPath(relPath: string): void {
+  if (relPath.startsWith("/")) throw invalidPath(relPath, "absolute");
+  for (const seg of relPath.split("/")) {
+    if (seg === "" || seg === "." || seg === "..") throw invalidPath(relPath, "empty, . or .. segment");
+    if (seg.includes("\0")) throw invalidPath(relPath, "NUL byte");
+  }
+}
+
+function rootPath(rootUrlOrPath: string): string {
+  let path = rootUrlOrPath;
+  if (rootUrlOrPath.startsWith("file:")) {
+    try {
+      path = fileURLToPath(rootUrlOrPath);
+    } catch (err) {
+      throw new ArchiverError("invalid_path", `invalid file URL ${rootUrlOrPath}`, "permanent", { cause: err });
+    }
+  }
+  if (!isAbsolute(path)) throw invalidPath(rootUrlOrPath, "the destination root must be absolute");
+  return resolve(path);
+}
+
+/** `from` and each parent of it, up to and including `to` (an ancestor of `from`). */
+function dirsUpTo(from: string, to: string): string[] {
+  const dirs = [from];
+  for (let d = from; d !== to && d !== dirname(d);) {
+    d = dirname(d);
+    dirs.push(d);
+  }
+  return dirs;
+}
+
+/** mkdir -p. Its EEXIST means something not a directory is in the way, which no retry clears. */
+async function mkdirs(path: string): Promise<string | undefined> {
+  try {
+    return await mkdir(path, { recursive: true });
+  } catch (err) {
+    if (errnoCode(err) !== "EEXIST") throw fsError(err, "mkdir", path);
+    throw new ArchiverError("ENOTDIR", `mkdir ${path}: a file is in the way`, "permanent", { cause: err });
+  }
+}
+
+async function syncDir(dir: string): Promise<void> {
+  const handle = await open(dir, "r");
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+class LocalFile implements ArchiveFile {
+  readonly relPath: string;
+  readonly #path: string;
+  /** The file's directory up to the root: every entry the file's path depends on below the root. */
+  readonly #dirs: readonly string[];
+  readonly #store: FileStore;
+  #handle: FileHandle | undefined;
+  #size = 0;
+  #completed = false;
+
+  constructor(store: FileStore, relPath: string, path: string, handle: FileHandle) {
+    this.#store = store;
+    this.relPath = relPath;
+    this.#path = path;
+    this.#handle = handle;
+    this.#dirs = dirsUpTo(dirname(path), store.root);
+  }
+
+  get size(): number {
+    return this.#size;
+  }
+
+  #live(op: string): FileHandle {
+    if (this.#handle === undefined) {
+      throw new ArchiverError("file_closed", `${op} ${this.#path}: the file is already closed`, "permanent");
+    }
+    return this.#handle;
+  }
+
+  async append(frame: Buffer): Promise<void> {
+    const handle = this.#live("append");
+    try {
+      // A short write is not an error: keep writing until the whole frame is on the file.
+      for (let off = 0; off < frame.length;) {
+        const { bytesWritten } = await handle.write(frame, off, frame.length - off);
+        off += bytesWritten;
+        this.#size += bytesWritten;
+      }
+    } catch (err) {
+      throw fsError(err, "append", this.#path);
+    }
+  }
+
+  async truncate(size: number): Promise<void> {
+    const handle = this.#live("truncate");
+    try {
+      await handle.truncate(size);
+    } catch (err) {
+      throw fsError(err, "truncate", this.#path);
+    }
+    this.#size = size;
+  }
+
+  async complete(_meta: FileMeta): Promise<void> {
+    const handle = this.#live("complete");
+    this.#handle = undefined;
+    try {
+      try {
+        await handle.sync();
+      } catch (err) {
+        // The sync error is the one to report; the handle is released either way.
+        await handle.close().catch(() => undefined);
+        throw err;
+      }
+      await handle.close();
+      for (const dir of this.#dirs) await syncDir(dir);
+      await this.#store.syncAboveRoot();
+    } catch (err) {
+      throw fsError(err, "complete", this.#path);
+    }
+    this.#completed = true;
+  }
+
+  async abandon(): Promise<void> {
+    if (this.#completed) throw new ArchiverError("file_closed", `abandon ${this.#path}: already complete`, "permanent");
+    const handle = this.#handle;
+    this.#handle = undefined;
+    try {
+      await handle?.close();
+      await unlink(this.#path);
+    } catch (err) {
+      if (errnoCode(err) !== "ENOENT") throw fsError(err, "abandon", this.#path);
+    }
+  }
+}
+
+class FileStore implements ArchiveStore {
+  readonly kind = "file";
+  readonly root: string;
+  #rootReady: Promise<void> | undefined;
+  /**
+   * Directories above the root whose entries the archiver created when it made the root: the root's parent up to
+   * the nearest parent that was already there. Synced by completes until one succeeds. A directory created below
+   * the root needs no record: it lies on the path of the file it was created for, and that file syncs it.
+   */
+  #aboveRoot: readonly string[] = [];
+
+  constructor(root: string) {
+    this.root = root;
+  }
+
+  async open(relPath: string): Promise<ArchiveFile> {
+    checkRelPath(relPath);
+    const path = join(this.root, relPath);
+    await this.#ensureRoot();
+    await mkdirs(dirname(path));
+    try {
+      // "ax": appends only, and never replaces a file already there.
+      return new LocalFile(this, relPath, path, await open(path, "ax"));
+    } catch (err) {
+      throw fsError(err, "open", path);
+    }
+  }
+
+  #ensureRoot(): Promise<void> {
+    this.#rootReady ??= mkdirs(this.root).then(
+      (first) => {
+        if (first !== undefined) this.#aboveRoot = dirsUpTo(dirname(this.root), dirname(first));
+      },
+      (err: unknown) => {
+        this.#rootReady = undefined;
+        throw err;
+      },
+    );
+    return this.#rootReady;
+  }
+
+  async syncAboveRoot(): Promise<void> {
+    const dirs = this.#aboveRoot;
+    for (const dir of dirs) await syncDir(dir);
+    if (this.#aboveRoot === dirs) this.#aboveRoot = [];
+  }
+}
+
+/** The local backend for `file:///abs/path` (or an absolute path). */
+export function createFileStore(rootUrlOrPath: string): ArchiveStore {
+  return new FileStore(rootPath(rootUrlOrPath));
+}

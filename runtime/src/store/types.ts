@@ -1,0 +1,36 @@
+// The store seen from the writers: a file opened under the destination, appended a frame at a time, then completed.
+// A local backend writes in place; an object backend stages under <spool>/uploads and uploads the file whole once
+// it completes. Either way `complete` resolving is the moment the file's offsets may be released.
+
+/** What a completed file is, for a backend that records it (an object store's manifest: object path, blocks). */
+export interface FileMeta {
+  readonly records: number;
+  /** Codec name, e.g. "zstd". */
+  readonly codec: string;
+  /** Epoch milliseconds. */
+  readonly openedAt: number;
+  readonly closedAt: number;
+  /** Length of each appended frame, in order: one block per flush, readable back on its own. */
+  readonly blockLengths: readonly number[];
+}
+
+export interface ArchiveFile {
+  /** Path under the destination root, `/`-separated. */
+  readonly relPath: string;
+  /** Bytes on the file so far (after a failed append: what reached it). */
+  readonly size: number;
+  /** Appends one whole frame. Rejects with an ArchiverError whose kind says whether a retry can clear it. */
+  append(frame: Buffer): Promise<void>;
+  /** Cuts the file back to `size` bytes: a failed append is cut back to the last whole block before a retry. */
+  truncate(size: number): Promise<void>;
+  /** Resolves once the file is durable (synced / uploaded). On rejection the file no longer holds its handle. */
+  complete(meta: FileMeta): Promise<void>;
+  /** Gives the file up: releases it and removes what was written. */
+  abandon(): Promise<void>;
+}
+
+export interface ArchiveStore {
+  readonly kind: "file" | "object";
+  /** Creates `relPath` (never replacing an existing file); refuses a path that is absolute or has an empty, `.` or `..` segment. */
+  open(relPath: string): Promise<ArchiveFile>;
+}

@@ -1,0 +1,82 @@
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { describe, it } from "node:test";
+import {
+  TABLE_END,
+  TABLE_START,
+  readConfigTable,
+  renderConfigTable,
+  spliceConfigTable,
+} from "../../src/config/docs.ts";
+import { CONFIG_LEAVES, MEMORY_LEAVES } from "../../src/config/schema.ts";
+import { tempDir } from "./helpers.ts";
+
+const ROOT = resolve(import.meta.dirname, "../../..");
+const FIX = "run `node_modules/.bin/node scripts/generate.ts`";
+
+describe("README config table", () => {
+  it("matches the schema", () => {
+    const path = join(ROOT, "README.md");
+    assert.ok(existsSync(path), `README.md is missing; add it with the config-table markers, then ${FIX}`);
+    const block = readConfigTable(readFileSync(path, "utf8"));
+    assert.ok(block !== undefined, `README.md has no ${TABLE_START} ... ${TABLE_END} block; add it, then ${FIX}`);
+    assert.equal(block, renderConfigTable(), `README.md's config table is stale: ${FIX}`);
+  });
+
+  it("has one row per key, env-only memory keys included, with every cell filled", () => {
+    const rows = renderConfigTable().split("\n").slice(2);
+    assert.equal(rows.length, CONFIG_LEAVES.length + MEMORY_LEAVES.length);
+    const byKey = new Map(rows.map((r) => [/^\| `([^`]+)`/.exec(r)?.[1], r]));
+    for (const l of [...CONFIG_LEAVES, ...MEMORY_LEAVES]) {
+      const row = byKey.get(l.key);
+      assert.ok(row, l.key);
+      // Five cells, none empty; a pipe inside a cell is escaped.
+      const cells = row.split(/(?<!\\)\|/).slice(1, -1);
+      assert.equal(cells.length, 5, row);
+      for (const c of cells) assert.notEqual(c.trim(), "", row);
+    }
+    assert.match(byKey.get("transport") ?? "", /\| `kafka` \\\| `grpc` \| `kafka` \| `DFE_ARCHIVER_TRANSPORT` \|/);
+    assert.match(byKey.get("archive.multipart_chunk_size") ?? "", /integer \(≥ 5242880\) \| `8388608`/);
+    assert.match(byKey.get("archive.roll_interval_secs") ?? "", /300 while offsets are held .* else 3600/);
+    assert.match(byKey.get("kafka.sasl_password") ?? "", /string, secret/);
+    assert.match(byKey.get("kafka.client_id") ?? "", /`DFE_ARCHIVER_KAFKA__CLIENT_ID`/);
+    assert.match(byKey.get("logger.level") ?? "", /`LOG_LEVEL` \/ `--log-level`/);
+  });
+
+  it("splices the table between the markers and leaves the rest alone", () => {
+    const readme = `# Title\n\nintro\n\n${TABLE_START}\nold table\n${TABLE_END}\n\nafter\n`;
+    const out = spliceConfigTable(readme);
+    assert.equal(out, `# Title\n\nintro\n\n${TABLE_START}\n${renderConfigTable()}\n${TABLE_END}\n\nafter\n`);
+    assert.equal(spliceConfigTable(out ?? ""), out, "idempotent");
+    assert.equal(spliceConfigTable("# no markers\n"), undefined);
+  });
+});
+
+describe("scripts/generate.ts", () => {
+  const run = (readme: string) =>
+    spawnSync(process.execPath, [join(ROOT, "scripts", "generate.ts"), readme], { encoding: "utf8" });
+
+  it("rewrites a README copy's block, then finds it current", () => {
+    const dir = tempDir({ "README.md": `# x\n\n${TABLE_START}\nstale\n${TABLE_END}\ntail\n` });
+    const path = join(dir, "README.md");
+    const first = run(path);
+    assert.equal(first.status, 0, first.stderr);
+    assert.match(first.stdout, /rewritten/);
+    const text = readFileSync(path, "utf8");
+    assert.equal(readConfigTable(text), renderConfigTable());
+    assert.ok(text.startsWith("# x\n\n") && text.endsWith(`${TABLE_END}\ntail\n`));
+    const second = run(path);
+    assert.equal(second.status, 0, second.stderr);
+    assert.match(second.stdout, /already current/);
+  });
+
+  it("fails, naming the markers, when a README has none", () => {
+    const dir = tempDir({ "README.md": "# no markers\n" });
+    const r = run(join(dir, "README.md"));
+    assert.equal(r.status, 1);
+    assert.ok(r.stderr.includes(TABLE_START), r.stderr);
+    assert.equal(readFileSync(join(dir, "README.md"), "utf8"), "# no markers\n");
+  });
+});

@@ -1,0 +1,202 @@
+import { afterEach, beforeEach, mock, test } from "node:test";
+import assert from "node:assert/strict";
+import { readlinkSync } from "node:fs";
+import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import { ArchiverError } from "../../src/errors.ts";
+import { createFileStore, fsError } from "../../src/store/file.ts";
+import type { FileMeta } from "../../src/store/types.ts";
+
+const META: FileMeta = { records: 1, codec: "zstd", openedAt: 0, closedAt: 0, blockLengths: [] };
+
+let dir: string;
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), "dfe-file-store-"));
+});
+afterEach(async () => {
+  mock.restoreAll();
+  await rm(dir, { recursive: true, force: true });
+});
+
+interface HandleProto {
+  sync(this: { fd: number }): Promise<void>;
+  write(this: unknown, b: Buffer, off: number, len: number): Promise<{ bytesWritten: number }>;
+}
+
+/** The FileHandle prototype, whose methods every handle shares: a test observes or fails them there. */
+async function handleProto(): Promise<HandleProto> {
+  const h = await open(join(dir, ".probe"), "w");
+  await h.close();
+  return Object.getPrototypeOf(h) as HandleProto;
+}
+
+/** Records the path of every fsync, in order (Linux: a handle's path is /proc/self/fd/<fd>). */
+async function spySyncs(): Promise<string[]> {
+  const proto = await handleProto();
+  const synced: string[] = [];
+  const original = proto.sync;
+  mock.method(proto, "sync", function (this: { fd: number }) {
+    synced.push(readlinkSync(`/proc/self/fd/${this.fd}`));
+    return original.call(this);
+  });
+  return synced;
+}
+
+const permanent = (code: string) => (err: unknown) =>
+  err instanceof ArchiverError && err.code === code && err.kind === "permanent";
+
+test("a path that is absolute or has an empty, . or .. segment is refused for good", async () => {
+  const store = createFileStore(dir);
+  for (const bad of ["../x", "a/../b", "..", "/etc/passwd", "a/./b", ".", "a//b", "a/", "", "a/b\0c"]) {
+    await assert.rejects(store.open(bad), permanent("invalid_path"), bad);
+  }
+  assert.deepEqual(await readdir(dir), [], "a refused path created something");
+});
+
+test("the root is a file:// URL or an absolute path", () => {
+  assert.equal(createFileStore(pathToFileURL(dir).href).kind, "file");
+  assert.equal(createFileStore(dir).kind, "file");
+  for (const bad of ["var/data", "file://host/var/data", "./data"]) {
+    assert.throws(() => createFileStore(bad), permanent("invalid_path"), bad);
+  }
+});
+
+test("appended frames are on disk exactly, and size counts them", async () => {
+  const store = createFileStore(pathToFileURL(join(dir, "root")).href);
+  const f = await store.open("events/acme/login/2026/12/02/13-000001-k3x9a2_1.jsonl.zst");
+  assert.equal(f.relPath, "events/acme/login/2026/12/02/13-000001-k3x9a2_1.jsonl.zst");
+  const frames = [Buffer.from("first frame\n"), Buffer.alloc(70_000, 7), Buffer.from("last")];
+  for (const fr of frames) await f.append(fr);
+  assert.equal(f.size, 70_016);
+  await f.complete({ ...META, blockLengths: frames.map((fr) => fr.length) });
+  const onDisk = await readFile(join(dir, "root", f.relPath));
+  assert.deepEqual(onDisk, Buffer.concat(frames));
+  await assert.rejects(f.append(Buffer.from("x")), permanent("file_closed"));
+});
+
+test("complete syncs the file, then each directory up to the root, then the parents of a root it created", async () => {
+  const root = join(dir, "a", "b", "root"); // dir exists; a, a/b and the root do not
+  const store = createFileStore(root);
+  const synced = await spySyncs();
+  const f = await store.open("events/acme/x.jsonl");
+  await f.append(Buffer.from("data"));
+  assert.deepEqual(synced, [], "nothing syncs before complete");
+  await f.complete(META);
+  assert.deepEqual(synced, [
+    join(root, "events/acme/x.jsonl"),
+    join(root, "events/acme"),
+    join(root, "events"),
+    root,
+    join(dir, "a", "b"),
+    join(dir, "a"),
+    dir,
+  ]);
+
+  // The root's entry is synced once: a later file syncs only its own path up to the root.
+  synced.length = 0;
+  const g = await store.open("logs/y.jsonl");
+  await g.append(Buffer.from("more"));
+  await g.complete(META);
+  assert.deepEqual(synced, [join(root, "logs/y.jsonl"), join(root, "logs"), root]);
+  assert.equal((await stat(join(root, "logs/y.jsonl"))).size, 4);
+});
+
+test("a root that was already there syncs nothing above it", async () => {
+  const root = join(dir, "root");
+  await mkdir(root);
+  const store = createFileStore(root);
+  const synced = await spySyncs();
+  const f = await store.open("x.jsonl");
+  await f.append(Buffer.from("1"));
+  await f.complete(META);
+  assert.deepEqual(synced, [join(root, "x.jsonl"), root]);
+});
+
+test("a short write is continued and a failed one can be cut back to the last whole block", async () => {
+  const store = createFileStore(dir);
+  const f = await store.open("d/x.jsonl");
+  await f.append(Buffer.from("whole;"));
+  const proto = await handleProto();
+  const write = proto.write;
+  let calls = 0;
+  mock.method(proto, "write", function (this: unknown, b: Buffer, off: number, len: number) {
+    calls++;
+    if (calls === 1) return write.call(this, b, off, Math.min(len, 3)); // short
+    if (calls === 2) return write.call(this, b, off, 2); // short again
+    throw Object.assign(new Error("no space left on device"), { code: "ENOSPC" });
+  });
+  const err = await f.append(Buffer.from("torn-frame;")).catch((e: unknown) => e);
+  assert.ok(err instanceof ArchiverError);
+  assert.equal(err.code, "ENOSPC");
+  assert.equal(err.kind, "retryable");
+  assert.equal(f.size, 6 + 5, "size counts what reached the file");
+  mock.restoreAll();
+  await f.truncate(6);
+  assert.equal(f.size, 6);
+  await f.append(Buffer.from("next;"));
+  await f.complete(META);
+  assert.equal(await readFile(join(dir, "d/x.jsonl"), "utf8"), "whole;next;");
+
+  // Short writes alone still land the whole frame.
+  const g = await store.open("d/y.jsonl");
+  let n = 0;
+  mock.method(proto, "write", function (this: unknown, b: Buffer, off: number, len: number) {
+    return write.call(this, b, off, Math.min(len, ++n));
+  });
+  await g.append(Buffer.from("0123456789"));
+  mock.restoreAll();
+  await g.complete(META);
+  assert.equal(await readFile(join(dir, "d/y.jsonl"), "utf8"), "0123456789");
+});
+
+test("a failed fsync is reported by its errno and the handle is released", async () => {
+  const store = createFileStore(dir);
+  const f = await store.open("d/x.jsonl");
+  await f.append(Buffer.from("x"));
+  const proto = await handleProto();
+  mock.method(proto, "sync", () => Promise.reject(Object.assign(new Error("i/o error"), { code: "EIO" })));
+  await assert.rejects(f.complete(META), (e: unknown) => e instanceof ArchiverError && e.code === "EIO" && e.retryable);
+  mock.restoreAll();
+  await assert.rejects(f.append(Buffer.from("y")), permanent("file_closed"));
+  await f.abandon();
+  await assert.rejects(stat(join(dir, "d/x.jsonl")), { code: "ENOENT" });
+});
+
+test("open never replaces a file, and a file where a directory should be is refused for good", async () => {
+  const store = createFileStore(dir);
+  const f = await store.open("d/x.jsonl");
+  await assert.rejects(store.open("d/x.jsonl"), (e: unknown) => e instanceof ArchiverError && e.code === "EEXIST");
+  await f.abandon();
+  await writeFile(join(dir, "plain"), "not a directory");
+  await assert.rejects(store.open("plain/x.jsonl"), permanent("ENOTDIR"));
+  await assert.rejects(store.open("plain/sub/x.jsonl"), permanent("ENOTDIR"));
+  await assert.rejects(createFileStore(join(dir, "plain")).open("x.jsonl"), permanent("ENOTDIR"));
+});
+
+test("errno codes decide retryable or permanent, and the code is kept", () => {
+  const retryable = ["ENOSPC", "EIO", "EAGAIN", "EMFILE", "ENFILE", "EDQUOT", "EBUSY"];
+  const permanentCodes = ["EACCES", "EPERM", "EROFS", "ENAMETOOLONG", "EISDIR", "ENOTDIR", "EINVAL"];
+  for (const [codes, kind] of [
+    [retryable, "retryable"],
+    [permanentCodes, "permanent"],
+  ] as const) {
+    for (const code of codes) {
+      const cause = Object.assign(new Error(`${code} happened`), { code });
+      const err = fsError(cause, "append", "/x");
+      assert.equal(err.code, code);
+      assert.equal(err.kind, kind, code);
+      assert.equal(err.cause, cause);
+    }
+  }
+  // A code the table does not know is retried: retrying costs lag, dropping costs records.
+  assert.equal(fsError(Object.assign(new Error("?"), { code: "ESTALE" }), "open", "/x").kind, "retryable");
+  assert.equal(fsError(Object.assign(new Error("?"), { code: "constructor" }), "open", "/x").kind, "retryable");
+  assert.deepEqual(
+    [fsError(new Error("no code"), "open", "/x").code, fsError("odd", "open", "/x").kind],
+    ["fs_error", "retryable"],
+  );
+  const already = new ArchiverError("invalid_path", "x", "permanent");
+  assert.equal(fsError(already, "open", "/x"), already);
+});
