@@ -9,19 +9,10 @@ import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from "node:fs
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { CODEC_NAMES, createCodec, type Codec } from "../runtime/src/codec/index.ts";
+import { random } from "../e2e/support/random.ts";
 
 const CORPUS_BYTES = Number(process.argv[2] ?? 200) * 1e6;
 const FLUSH_BYTES = 1 << 20;
-
-function random(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(s ^ (s >>> 15), 1 | s);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // Service logs of the kind an archiver sees: repeated keys and vocabularies, ids and numbers that do not repeat.
 function corpus(bytes: number): { data: Buffer; lines: number } {

@@ -95,6 +95,8 @@ class RecordRouter implements Router {
     const head = topic === undefined ? undefined : this.topicSegment(topic);
     if (!this.expression) return head ?? this.defaultSeg;
     const values = this.values;
+    // The depth check and the extraction share one pass, with the verdicts of a depth scan run first: past maxDepth
+    // the scan stops where the limit is crossed, and nothing deeper is read.
     const result = this.extractor.scan(value, values, this.maxDepth);
     if (result === ScanResult.TooDeep) {
       this.tooDeep++;

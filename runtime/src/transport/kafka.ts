@@ -5,6 +5,7 @@ import { Kafka, logLevel, type Consumer, type LogEntry, type SASLOptions } from 
 import type { Logger } from "pino";
 import type { CommitOffset, PartitionRef } from "../delivery/tracker.ts";
 import { ArchiverError } from "../errors.ts";
+import { registerKafkaCodecs } from "./kafka-codecs.ts";
 import type { Transport, TransportSink } from "./types.ts";
 
 export interface KafkaTransportOptions {
@@ -31,6 +32,7 @@ export class KafkaTransport implements Transport {
 
   constructor(opts: KafkaTransportOptions) {
     this.#opts = opts;
+    registerKafkaCodecs();
     const log = opts.log.child({ component: "kafkajs" });
     const kafka = new Kafka({
       clientId: opts.clientId,

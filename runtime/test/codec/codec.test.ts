@@ -3,23 +3,13 @@ import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { random } from "../../../e2e/support/random.ts";
 import { after, before, describe, it } from "node:test";
 import { ArchiverError, ConfigError } from "../../src/errors.ts";
 import { CODEC_LEVELS, CODEC_NAMES, createCodec, type CodecName } from "../../src/codec/index.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "codec-test-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
-
-// A seeded generator, so a failing payload is the same on every run.
-function random(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(s ^ (s >>> 15), 1 | s);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function jsonLines(bytes: number, seed: number): Buffer {
   const next = random(seed);

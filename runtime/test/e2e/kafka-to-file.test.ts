@@ -1,6 +1,7 @@
 // The hot path end to end against the testbed's real broker: Kafka -> routed, compressed, rolling local files.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { kafkaTopic, need, uniqueName } from "../../../e2e/support/testbed.ts";
@@ -197,4 +198,47 @@ test("hostile segment values stay inside their destination, and a record 65 leve
     topic, // routing errors land under the topic alone
   ]);
   assert.deepEqual(dests, expected);
+});
+
+test("structural faults refuse to boot with the key and the fix, and exit 2", async (t) => {
+  const dir = tempDir(t);
+  const cases: [Record<string, unknown>, RegExp][] = [
+    [{ transport: "http" }, /transport.*kafka.*grpc/s],
+    [{ compression: { codec: "brotli" } }, /compression\.codec.*zstd.*lz4.*snappy.*gzip/s],
+    [{ routing: { mode: "regex" } }, /routing\.mode.*expression.*topic/s],
+    [
+      { archive: { destination: "file:///tmp/x", path_template: "{year}/{topic}" } },
+      /archive\.path_template.*\{topic\}/s,
+    ],
+    [
+      { archive: { destination: "s3://b/p", multipart_chunk_size: 1048576 } },
+      /archive\.multipart_chunk_size.*5242880|5 MiB/s,
+    ],
+    [{ transport: "grpc", archive: { destination: "file:///tmp/x" } }, /grpc\.listen/],
+  ];
+  for (const [config, pattern] of cases) {
+    const a = await startArchiver(t, config, { dir, waitReady: false });
+    assert.equal(await a.exited, 2, `expected exit 2 for ${JSON.stringify(config)}:\n${a.output()}`);
+    assert.match(a.output(), pattern);
+  }
+});
+
+test("batches a producer compressed with lz4, zstd, snappy or gzip are all archived", async (t) => {
+  const dir = tempDir(t);
+  const topic = await kafkaTopic(t);
+  const groupId = uniqueName("g");
+  const codecs = ["lz4", "zstd", "snappy", "gzip", "none"];
+  // kcat (librdkafka) compresses each produce request with the given codec, as real producers do.
+  for (const [c, codec] of codecs.entries()) {
+    const lines = Array.from({ length: 200 }, (_, i) => JSON.stringify({ id: c * 1000 + i, _org_id: codec }));
+    execFileSync("kcat", ["-P", "-b", need("TESTBED_KAFKA_BROKERS"), "-t", topic, "-z", codec], {
+      input: lines.join("\n") + "\n",
+    });
+  }
+  const a = await startArchiver(t, baseConfig(dir, topic, groupId));
+  await waitWritten(a, codecs.length * 200, 60_000);
+  assert.equal(await a.stop(), 0);
+  const { lines } = readArchive(join(dir, "archive"));
+  const ids = new Set(lines.map((l) => (JSON.parse(l) as { id: number }).id));
+  assert.equal(ids.size, codecs.length * 200);
 });
