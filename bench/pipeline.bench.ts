@@ -70,7 +70,7 @@ function procStats(pid: number): { cpu: number; rss: number } {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
   const ticks = Number(stat[11]) + Number(stat[12]);
   const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
-  return { cpu: ticks / 100, rss: Number(hwm) * 1024 };
+  return { cpu: ticks / 100, rss: Number(hwm ?? 0) * 1024 };
 }
 
 interface RunResult {
@@ -104,6 +104,7 @@ async function runArchiver(topic: string, count: number, env: Record<string, str
   let held = 0;
   let heldBytes = 0;
   let last: { cpu: number; rss: number };
+  // Received everything: stop it, so the drain flushes, completes and commits; the time runs to the clean exit.
   for (;;) {
     await sleep(250);
     if (proc.exitCode !== null) throw new Error(`archiver exited ${proc.exitCode}`);
@@ -117,11 +118,22 @@ async function runArchiver(topic: string, count: number, env: Record<string, str
       held = h;
       heldBytes = sumMetric(text, "held_offset_bytes");
     }
-    if (sumMetric(text, "messages_written_total") >= count) break;
+    if (sumMetric(text, "messages_received_total") >= count) break;
   }
-  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  const exited = once(proc, "exit");
   proc.kill("SIGTERM");
-  await once(proc, "exit");
+  const poll = setInterval(() => {
+    try {
+      const s = procStats(pid);
+      if (s.rss > 0) last = s;
+    } catch {
+      // gone: the last reading stands
+    }
+  }, 100);
+  const [code] = (await exited) as [number | null];
+  clearInterval(poll);
+  if (code !== 0) throw new Error(`archiver exited ${code} after SIGTERM`);
+  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
   rmSync(dir, { recursive: true, force: true });
   return { seconds, cpu: last.cpu, peakRss: last.rss, heldBytesPerRecord: held ? heldBytes / held : 0 };
 }

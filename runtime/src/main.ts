@@ -12,10 +12,11 @@ import { startObserveServer, type HealthComponent } from "./observe/http.ts";
 import { Pipeline } from "./pipeline.ts";
 import { KafkaTransport } from "./transport/kafka.ts";
 import type { Transport } from "./transport/types.ts";
+import { resolveMemoryLimit, type MemoryLimit } from "./regulate/memory.ts";
 
 const USAGE = `usage: dfe-archiver run [--config PATH] [--log-level LEVEL] [--log-format json|text] [--metrics-addr HOST:PORT]`;
 
-function kafkaTransport(cfg: ResolvedConfig, log: Logger): Transport {
+function kafkaTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit): Transport {
   const k = cfg.kafka;
   if (k.topics.length === 0) {
     throw new ConfigError("kafka.topics", "is empty: list the topics to archive (DFE_ARCHIVER_KAFKA_TOPICS=a,b)");
@@ -41,14 +42,16 @@ function kafkaTransport(cfg: ResolvedConfig, log: Logger): Transport {
     sasl,
     ssl,
     sessionTimeoutMs: k.session_timeout_ms,
-    // About a kilobyte a record: batch_size records per fetch.
-    maxBytesPerPartition: Math.min(16 << 20, Math.max(1 << 20, k.batch_size * 1024)),
+    // About a kilobyte a record: batch_size records per fetch, but no more than the memory limit affords (a fetch is
+    // held compressed and decompressed while its records are routed).
+    maxBytesPerPartition: Math.max(1 << 20, Math.min(k.batch_size * 1024, Math.floor(memory.bytes / 64))),
+    maxBytes: Math.max(4 << 20, Math.floor(memory.bytes / 16)),
     log,
   });
 }
 
-function openTransport(cfg: ResolvedConfig, log: Logger): Transport {
-  if (cfg.transport === "kafka") return kafkaTransport(cfg, log);
+function openTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit): Transport {
+  if (cfg.transport === "kafka") return kafkaTransport(cfg, log, memory);
   throw new ConfigError("transport", "grpc is not available in this build yet; use transport: kafka");
 }
 
@@ -96,7 +99,8 @@ async function run(argv: string[]): Promise<number> {
 
   let pipeline: Pipeline;
   try {
-    pipeline = new Pipeline({ config: cfg, transport: openTransport(cfg, log), metrics, log });
+    const memory = resolveMemoryLimit(cfg.memory.limit_bytes, cfg.memory.cgroup_headroom);
+    pipeline = new Pipeline({ config: cfg, transport: openTransport(cfg, log, memory), metrics, log, memory });
   } catch (err) {
     if (err instanceof ConfigError) {
       log.error(`refusing to start: ${err.message}`);

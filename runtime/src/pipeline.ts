@@ -13,7 +13,7 @@ import type { Hold } from "./delivery/hold.ts";
 import { OffsetTracker, type PartitionRef } from "./delivery/tracker.ts";
 import type { Metrics } from "./observe/metrics.ts";
 import type { InboundBatch, Transport, TransportSink } from "./transport/types.ts";
-import { resolveMemoryLimit } from "./regulate/memory.ts";
+import type { MemoryLimit } from "./regulate/memory.ts";
 import { ConfigError, isRetryable } from "./errors.ts";
 
 const TICK_MS = 1000;
@@ -25,6 +25,7 @@ export interface PipelineDeps {
   transport: Transport;
   metrics: Metrics;
   log: Logger;
+  memory: MemoryLimit;
   /** Distinguishes this process's writers from every other replica's in file names. */
   instanceId?: string;
 }
@@ -74,7 +75,7 @@ export class Pipeline implements TransportSink {
       defaultSegment: cfg.routing.default_segment,
     });
     this.#codec = createCodec(cfg.compression.codec, cfg.compression.level);
-    const memory = resolveMemoryLimit(cfg.memory.limit_bytes, cfg.memory.cgroup_headroom);
+    const memory = deps.memory;
     const capBytes = Math.floor(memory.bytes / 4);
     this.#inflightCap = Math.max(capBytes / 2, cfg.buffer.flush_bytes * 2);
     this.#buffers = new HotBufferPool({
@@ -98,6 +99,7 @@ export class Pipeline implements TransportSink {
       instanceId: deps.instanceId ?? randomBytes(3).toString("hex"),
       codecName: this.#codec.name,
       metrics: this.#m,
+      merge: (into, from) => this.#tracker.merge(into, from),
       onComplete: (f) => this.#completed(f),
     });
     this.#log.info(
@@ -131,16 +133,19 @@ export class Pipeline implements TransportSink {
     if (this.#draining) return;
     this.#batchesRunning++;
     try {
-      this.#route(batch);
-      while (this.#saturated() && !this.#draining) {
-        await new Promise<void>((r) => this.#waiters.push(r));
+      // A fetched batch can hold a whole compressed record batch (50k+ records): route it kafka.batch_size records
+      // at a time, with back-pressure between.
+      const chunk = this.#cfg.kafka.batch_size;
+      for (let from = 0; from < batch.records.length && !this.#draining; from += chunk) {
+        this.#route(batch, from, Math.min(batch.records.length, from + chunk));
+        while (this.#saturated() && !this.#draining) await new Promise<void>((r) => this.#waiters.push(r));
       }
     } finally {
       if (--this.#batchesRunning === 0) this.#batchesIdle?.();
     }
   }
 
-  #route(batch: InboundBatch): void {
+  #route(batch: InboundBatch, from: number, to: number): void {
     const topic = batch.topic;
     const slot = this.#tracker.slot(topic ?? "", batch.partition);
     const records = batch.records;
@@ -148,7 +153,7 @@ export class Pipeline implements TransportSink {
     // LRU evicts carries everything the batch had for it, not one record.
     const groups = new Map<string, number[]>();
     let tooDeep = 0;
-    for (let i = 0; i < records.length; i++) {
+    for (let i = from; i < to; i++) {
       const r = records[i];
       if (r === undefined) continue;
       const dest = this.#router.route(topic, r.value ?? EMPTY);
@@ -166,10 +171,10 @@ export class Pipeline implements TransportSink {
         if (r !== undefined) this.#buffers.add(dest, slot, Number(r.offset), r.value ?? EMPTY);
       }
     }
-    const lastRecord = records[records.length - 1];
+    const lastRecord = records[to - 1];
     const last = lastRecord === undefined ? -1 : Number(lastRecord.offset);
     if (last >= 0) this.#tracker.received(slot, last);
-    this.#m.messagesReceived.inc(records.length);
+    this.#m.messagesReceived.inc(to - from);
     if (tooDeep > 0) {
       // No DLQ yet takes them: a record nested past 64 levels is dropped and counted, never parsed.
       this.#m.messagesDropped.inc({ reason: "too_deep" }, tooDeep);

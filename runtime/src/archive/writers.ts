@@ -51,6 +51,11 @@ export interface WriterPoolOptions<T> {
   readonly instanceId: string;
   readonly codecName: string;
   readonly metrics: WriterMetrics;
+  /**
+   * Folds a frame's ticket into the file's last one when it returns true, so a file of many small flushes keeps one
+   * ticket rather than one a frame. Default: every ticket is kept.
+   */
+  readonly merge?: (into: T, from: T) => boolean;
   /** Called exactly once per file that holds a frame. A throw here is a caller's bug and surfaces unhandled. */
   readonly onComplete: (file: CompletedFile<T>) => void;
   /** Epoch milliseconds; default Date.now. */
@@ -245,7 +250,8 @@ class Pool<T> implements WriterPool<T> {
       throw err;
     }
     f.blockLengths.push(frame.length);
-    f.tickets.push(ticket);
+    const lastTicket = f.tickets[f.tickets.length - 1];
+    if (lastTicket === undefined || !this.#o.merge?.(lastTicket, ticket)) f.tickets.push(ticket);
     f.records += records;
     f.rawBytes += rawBytes;
     this.#o.metrics.bytesCompressed.inc(frame.length);

@@ -6,7 +6,7 @@ import type { Hold } from "../delivery/hold.ts";
 
 export const HOT_BUFFER_COUNT = 64;
 const NEWLINE = 0x0a;
-const FIRST_ALLOC = 64 * 1024;
+const FIRST_ALLOC = 16 * 1024;
 
 export type FlushTrigger = "bytes" | "records" | "age" | "evict" | "cap" | "drain";
 
@@ -110,9 +110,12 @@ export class HotBufferPool {
     this.#buffers.delete(b.destination);
     if (b.records === 0 || b.data === undefined || b.hold === undefined || b.ends === undefined) return;
     this.#bytes -= b.length;
+    // A buffer evicted early may use a small part of its allocation: hand over an exact copy, not the whole block.
+    const data =
+      b.length * 2 < b.data.length ? Buffer.from(b.data.subarray(0, b.length)) : b.data.subarray(0, b.length);
     this.#opts.onFlush({
       destination: b.destination,
-      data: b.data.subarray(0, b.length),
+      data,
       records: b.records,
       hold: b.hold,
       trigger,

@@ -26,6 +26,24 @@ export class Hold {
     if (offset < (this.mins[i] ?? offset)) this.mins[i] = offset;
   }
 
+  /** Takes over another hold's records (the same file holds both). */
+  absorb(other: Hold): void {
+    for (let i = 0; i < other.slots.length; i++) {
+      const slot = other.slots[i] ?? 0;
+      const min = other.mins[i] ?? 0;
+      const count = other.counts[i] ?? 0;
+      const j = this.slots.indexOf(slot);
+      if (j < 0) {
+        this.slots.push(slot);
+        this.mins.push(min);
+        this.counts.push(count);
+      } else {
+        this.counts[j] = (this.counts[j] ?? 0) + count;
+        if (min < (this.mins[j] ?? min)) this.mins[j] = min;
+      }
+    }
+  }
+
   get records(): number {
     let n = 0;
     for (const c of this.counts) n += c;

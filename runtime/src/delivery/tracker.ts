@@ -62,6 +62,13 @@ export class OffsetTracker {
     return h;
   }
 
+  /** Folds `from` into `into` (both open, carried by the same file); false when either is not open. */
+  merge(into: Hold, from: Hold): boolean {
+    if (!this.#open.has(into) || !this.#open.delete(from)) return false;
+    into.absorb(from);
+    return true;
+  }
+
   /** Records up to `lastOffset` of the slot have been received (routed into holds, or let go). */
   received(slot: number, lastOffset: number): void {
     const p = this.#part(slot);

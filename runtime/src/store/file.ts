@@ -155,7 +155,7 @@ class LocalFile implements ArchiveFile {
         throw err;
       }
       await handle.close();
-      for (const dir of this.#dirs) await syncDir(dir);
+      for (const dir of this.#dirs) await this.#store.syncIfDirty(dir);
       await this.#store.syncAboveRoot();
     } catch (err) {
       throw fsError(err, "complete", this.#path);
@@ -186,6 +186,14 @@ class FileStore implements ArchiveStore {
    * the root needs no record: it lies on the path of the file it was created for, and that file syncs it.
    */
   #aboveRoot: readonly string[] = [];
+  /**
+   * Directories below the root with an entry created since their last sync, by the sequence number of the newest
+   * such entry. A sync that starts later covers it, so files rolling into one directory share its syncs and a
+   * directory nothing was created in is not synced again.
+   */
+  readonly #dirty = new Map<string, number>();
+  readonly #syncing = new Map<string, { start: number; done: Promise<void> }>();
+  #seq = 0;
 
   constructor(root: string) {
     this.root = root;
@@ -195,12 +203,46 @@ class FileStore implements ArchiveStore {
     checkRelPath(relPath);
     const path = join(this.root, relPath);
     await this.#ensureRoot();
-    await mkdirs(dirname(path));
+    const dir = dirname(path);
+    const first = await mkdirs(dir);
+    if (first !== undefined) for (const d of dirsUpTo(dir, first)) this.#markDirty(dirname(d));
+    let handle: FileHandle;
     try {
       // "ax": appends only, and never replaces a file already there.
-      return new LocalFile(this, relPath, path, await open(path, "ax"));
+      handle = await open(path, "ax");
     } catch (err) {
       throw fsError(err, "open", path);
+    }
+    this.#markDirty(dir);
+    return new LocalFile(this, relPath, path, handle);
+  }
+
+  #markDirty(dir: string): void {
+    this.#dirty.set(dir, ++this.#seq);
+  }
+
+  /** Syncs `dir` unless every entry created in it is already covered by a sync that started after it. */
+  async syncIfDirty(dir: string): Promise<void> {
+    for (;;) {
+      const need = this.#dirty.get(dir);
+      if (need === undefined) return;
+      const running = this.#syncing.get(dir);
+      if (running !== undefined) {
+        await running.done;
+        if (running.start > need) return;
+        continue;
+      }
+      const start = ++this.#seq;
+      const done = syncDir(dir).then(() => {
+        if ((this.#dirty.get(dir) ?? Infinity) < start) this.#dirty.delete(dir);
+      });
+      this.#syncing.set(dir, { start, done });
+      try {
+        await done;
+      } finally {
+        this.#syncing.delete(dir);
+      }
+      return;
     }
   }
 

@@ -18,6 +18,8 @@ export interface KafkaTransportOptions {
   sessionTimeoutMs: number;
   /** Bytes fetched per partition per request: sets the size of a batch. */
   maxBytesPerPartition: number;
+  /** Bytes fetched per request across partitions. */
+  maxBytes: number;
   log: Logger;
 }
 
@@ -51,8 +53,10 @@ export class KafkaTransport implements Transport {
       sessionTimeout: opts.sessionTimeoutMs,
       heartbeatInterval: Math.max(1000, Math.floor(opts.sessionTimeoutMs / 10)),
       maxBytesPerPartition: opts.maxBytesPerPartition,
-      maxBytes: opts.maxBytesPerPartition * 8,
+      maxBytes: opts.maxBytes,
       allowAutoTopicCreation: false,
+      // A fetch the broker holds open delays the drain (the consumer disconnects only once it returns): keep it short.
+      maxWaitTimeInMs: 500,
     });
   }
 
@@ -65,7 +69,7 @@ export class KafkaTransport implements Transport {
     await c.run({
       autoCommit: false,
       eachBatchAutoResolve: true,
-      partitionsConsumedConcurrently: 4,
+      partitionsConsumedConcurrently: 2,
       eachBatch: async ({ batch, heartbeat, isStale }) => {
         if (isStale() || batch.isEmpty()) return;
         await sink.onBatch({

@@ -81,3 +81,23 @@ test("held offsets cost far less than the seed's 32 bytes a record", () => {
   const perRecord = t.heldBytes() / n;
   assert.ok(perRecord < 2, `held bytes per record ${perRecord.toFixed(3)} should be under 2`);
 });
+
+test("holds merged into their file's hold keep the floor and release together", () => {
+  const t = new OffsetTracker({ holdsCommit: true });
+  const p = t.slot("x", 0);
+  const q = t.slot("x", 1);
+  const [file, flush1, flush2] = [t.open(), t.open(), t.open()];
+  file.add(p, 4);
+  flush1.add(p, 2);
+  flush1.add(q, 9);
+  flush2.add(q, 7);
+  t.received(p, 10);
+  t.received(q, 10);
+  assert.equal(t.merge(file, flush1), true);
+  assert.equal(t.merge(file, flush2), true);
+  assert.equal(t.merge(file, flush2), false, "a hold merges once");
+  assert.equal(t.heldRecords(), 4);
+  assert.deepEqual(offsetsOf(t), { "x/0": "2", "x/1": "7" });
+  t.release(file, "done");
+  assert.deepEqual(offsetsOf(t), { "x/0": "11", "x/1": "11" });
+});
