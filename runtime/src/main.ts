@@ -5,11 +5,12 @@ import { readFileSync } from "node:fs";
 import type { Logger } from "pino";
 import { loadConfig } from "./config/load.ts";
 import { idleReason, redactConfig, type ResolvedConfig } from "./config/resolve.ts";
-import { ConfigError } from "./errors.ts";
+import { ArchiverError, ConfigError } from "./errors.ts";
 import { createLogger } from "./observe/log.ts";
 import { createMetrics, type Metrics } from "./observe/metrics.ts";
 import { startObserveServer, type HealthComponent } from "./observe/http.ts";
 import { Pipeline } from "./pipeline.ts";
+import { openStore } from "./store/open.ts";
 import { KafkaTransport } from "./transport/kafka.ts";
 import type { Transport } from "./transport/types.ts";
 import { resolveMemoryLimit, type MemoryLimit } from "./regulate/memory.ts";
@@ -100,9 +101,10 @@ async function run(argv: string[]): Promise<number> {
   let pipeline: Pipeline;
   try {
     const memory = resolveMemoryLimit(cfg.memory.limit_bytes, cfg.memory.cgroup_headroom);
-    pipeline = new Pipeline({ config: cfg, transport: openTransport(cfg, log, memory), metrics, log, memory });
+    const store = await openStore(cfg, process.env, metrics, log);
+    pipeline = new Pipeline({ config: cfg, transport: openTransport(cfg, log, memory), metrics, log, memory, store });
   } catch (err) {
-    if (err instanceof ConfigError) {
+    if (err instanceof ArchiverError && !err.retryable) {
       log.error(`refusing to start: ${err.message}`);
       await server.close();
       return 2;

@@ -8,13 +8,15 @@ import { HotBufferPool, type FlushBatch } from "./buffer/hot.ts";
 import { createCodec, type Codec } from "./codec/index.ts";
 import { createWriterPool, type CompletedFile, type WriterPool } from "./archive/writers.ts";
 import { parsePathTemplate } from "./archive/path.ts";
-import { openStore } from "./store/open.ts";
+import type { OpenedStore } from "./store/open.ts";
+import { UPLOAD_DRAIN_MS, type StagingStore } from "./store/staging.ts";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Hold } from "./delivery/hold.ts";
 import { OffsetTracker, type PartitionRef } from "./delivery/tracker.ts";
 import type { Metrics } from "./observe/metrics.ts";
 import type { InboundBatch, Transport, TransportSink } from "./transport/types.ts";
 import type { MemoryLimit } from "./regulate/memory.ts";
-import { ConfigError, isRetryable } from "./errors.ts";
+import { ArchiverError, ConfigError, isRetryable } from "./errors.ts";
 
 const TICK_MS = 1000;
 const MAX_FLUSHES_IN_FLIGHT = 256;
@@ -26,6 +28,7 @@ export interface PipelineDeps {
   metrics: Metrics;
   log: Logger;
   memory: MemoryLimit;
+  store: OpenedStore;
   /** Distinguishes this process's writers from every other replica's in file names. */
   instanceId?: string;
 }
@@ -42,6 +45,7 @@ export class Pipeline implements TransportSink {
   readonly #codec: Codec;
   readonly #buffers: HotBufferPool;
   readonly #writers: WriterPool<Hold>;
+  readonly #staging: StagingStore | undefined;
   /** Per destination, the promise of its last append: frames of one destination reach the writer in flush order. */
   readonly #chains = new Map<string, Promise<void>>();
   readonly #inflight = new Set<Promise<void>>();
@@ -66,8 +70,10 @@ export class Pipeline implements TransportSink {
     this.#m = deps.metrics;
     this.#log = deps.log;
     this.#done = new Promise((r) => (this.#resolveDone = r));
-    const destination = cfg.archive.destination;
-    if (destination === undefined) throw new ConfigError("archive.destination", "no destination: the pipeline idles");
+    if (cfg.archive.destination === undefined) {
+      throw new ConfigError("archive.destination", "no destination: the pipeline idles");
+    }
+    this.#staging = deps.store.staging;
     this.#tracker = new OffsetTracker({ holdsCommit: cfg.offsetsHeld });
     this.#router = createRouter({
       mode: cfg.routing.mode,
@@ -90,7 +96,7 @@ export class Pipeline implements TransportSink {
     const parsed = parsePathTemplate(cfg.archive.path_template);
     if ("error" in parsed) throw new ConfigError("archive.path_template", `unknown token ${parsed.error}`);
     this.#writers = createWriterPool<Hold>({
-      store: openStore(destination),
+      store: deps.store.store,
       parts: parsed.parts,
       codecSuffix: this.#codec.suffix,
       rollSizeBytes: cfg.archive.roll_size_bytes,
@@ -253,19 +259,39 @@ export class Pipeline implements TransportSink {
   }
 
   #completed(f: CompletedFile<Hold>): void {
-    const outcome = f.outcome === "done" ? "done" : "errored";
-    for (const h of f.tickets) this.#tracker.release(h, outcome);
     if (f.outcome === "done") {
+      for (const h of f.tickets) this.#tracker.release(h, "done");
       this.#m.messagesArchived.inc(f.records);
       this.#log.debug({ path: f.relPath, records: f.records, bytes: f.bytes }, "archive file complete");
       this.#scheduleCommit();
-    } else {
+      return;
+    }
+    const code = f.error instanceof ArchiverError ? f.error.code : undefined;
+    if (code === "upload_pending_at_shutdown") {
+      // Its staged copy stays on disk and its offsets stay unreleased: the restart reads the records again.
+      this.#log.warn({ path: f.relPath, records: f.records }, "still uploading at shutdown: offsets left uncommitted");
+      return;
+    }
+    if (f.error !== undefined && !isRetryable(f.error) && code !== "staged_unreadable") {
+      // The store refused the object for good. No DLQ takes the records yet: released Dropped and counted.
+      for (const h of f.tickets) this.#tracker.release(h, "dropped");
+      this.#m.messagesDropped.inc({ reason: "refused" }, f.records);
       this.#log.error(
         { err: f.error, path: f.relPath, records: f.records },
-        "archive file could not complete: offsets withheld",
+        "store refused the file for good: records dropped",
       );
-      this.#withhold("archive file could not complete");
+      this.#staging
+        ?.discard(f.relPath)
+        .catch((err: unknown) => this.#log.warn({ err }, "refused staged copy not removed"));
+      this.#scheduleCommit();
+      return;
     }
+    for (const h of f.tickets) this.#tracker.release(h, "errored");
+    this.#log.error(
+      { err: f.error, path: f.relPath, records: f.records },
+      "archive file could not complete: offsets withheld",
+    );
+    this.#withhold("archive file could not complete");
   }
 
   #withhold(reason: string): void {
@@ -351,7 +377,18 @@ export class Pipeline implements TransportSink {
     if (this.#batchesRunning > 0) await new Promise<void>((r) => (this.#batchesIdle = r));
     this.#buffers.flushAll();
     while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
-    await this.#writers.closeAll();
+    const closing = this.#writers.closeAll();
+    if (this.#staging) {
+      // Uploads get UPLOAD_DRAIN_MS; a file still uploading then keeps its staged copy and its offsets.
+      const grace = new AbortController();
+      const closed = await Promise.race([
+        closing.then(() => true),
+        sleep(UPLOAD_DRAIN_MS, false, { signal: grace.signal }).catch(() => false),
+      ]);
+      grace.abort();
+      await this.#staging.drainUploads(closed ? UPLOAD_DRAIN_MS : 0);
+    }
+    await closing;
     clearInterval(this.#timer);
     await this.#committing;
     await this.#commit();

@@ -1,25 +1,74 @@
-// The store a destination URL names. Object stores (s3, minio, gs, az) stage and upload whole files.
-import { ConfigError } from "../errors.ts";
+// The store a destination URL names. A file:// destination writes in place; s3, minio, gs and az stage each file
+// under <spool_dir>/uploads and upload it whole once it completes. Staging left by a previous process is settled
+// before anything new is staged.
+import type { Logger } from "pino";
+import type { ResolvedConfig } from "../config/resolve.ts";
+import type { Metrics } from "../observe/metrics.ts";
 import { createFileStore } from "./file.ts";
+import { openObjectBackend } from "./object/open.ts";
+import { recoverStaging } from "./recovery.ts";
+import { checkSpoolFree, resolveSpoolBudget } from "./spool.ts";
+import { createStagingStore, type StagingStore } from "./staging.ts";
 import type { ArchiveStore } from "./types.ts";
 
-export function openStore(destination: string): ArchiveStore {
-  const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(destination)?.[1]?.toLowerCase();
-  switch (scheme) {
-    case "file":
-      return createFileStore(destination);
-    case "s3":
-    case "minio":
-    case "gs":
-    case "az":
-      throw new ConfigError(
-        "archive.destination",
-        `${scheme}:// destinations are not available in this build yet; use a file:// destination`,
-      );
-    default:
-      throw new ConfigError(
-        "archive.destination",
-        `'${destination}' has no supported scheme: use file://, s3://, minio://, gs:// or az://`,
-      );
+export interface OpenedStore {
+  readonly store: ArchiveStore;
+  /** Present for object destinations: uploads, their gauges and the shutdown drain. */
+  readonly staging?: StagingStore;
+}
+
+export async function openStore(
+  cfg: ResolvedConfig,
+  env: NodeJS.ProcessEnv,
+  metrics: Metrics,
+  log: Logger,
+): Promise<OpenedStore> {
+  const destination = cfg.archive.destination ?? "";
+  if (destination.startsWith("file:")) return { store: createFileStore(destination) };
+
+  const backend = openObjectBackend(cfg, env, log);
+  const budget = resolveSpoolBudget(cfg, env);
+  const spoolDir = cfg.buffer.spool_dir;
+  // Kafka with acknowledgements reads a staged file's records again from the committed offset; any other source
+  // has let them go, so what a previous process staged completely is uploaded now.
+  const recovered = await recoverStaging({
+    spoolDir,
+    mode: cfg.offsetsHeld ? "remove" : "upload",
+    backend,
+    quarantineBytesCap: budget.quarantineBytesCap,
+    metrics,
+    log,
+  });
+  const free = await checkSpoolFree({
+    spoolDir,
+    minFreeSpoolBytes: budget.minFreeSpoolBytes,
+    toUpload: recovered.toUpload.length,
+  });
+  if (free.warning) log.warn(free.warning);
+  log.info(
+    {
+      spoolDir,
+      stagedBytesCap: budget.stagedBytesCap,
+      minFreeSpoolBytes: budget.minFreeSpoolBytes,
+      quarantineBytesCap: budget.quarantineBytesCap,
+      declaredLimit: budget.declaredPath,
+      removed: recovered.removed,
+      recovered: recovered.toUpload.length,
+      quarantined: recovered.quarantined,
+    },
+    "staging ready",
+  );
+  const staging = createStagingStore({
+    backend,
+    spoolDir,
+    writerParallelism: cfg.buffer.writer_parallelism,
+    stagedBytesCap: budget.stagedBytesCap,
+    quarantineBytesCap: budget.quarantineBytesCap,
+    metrics,
+    log,
+  });
+  for (const m of recovered.toUpload) {
+    staging.enqueueRecovered(m).catch((err: unknown) => log.error({ err, key: m.key }, "recovered file not uploaded"));
   }
+  return { store: staging, staging };
 }
