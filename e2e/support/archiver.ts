@@ -123,13 +123,14 @@ export async function waitFor(
   }
 }
 
-/** Every archive file under `root`, relative path and size. */
+/** Every archive file under `root`, relative path and size; a file not yet complete (its hidden .partial name) is not. */
 export function archiveFiles(root: string): { path: string; size: number }[] {
   const out: { path: string; size: number }[] = [];
   const walk = (d: string) => {
     for (const e of readdirSync(d, { withFileTypes: true })) {
       const p = join(d, e.name);
       if (e.isDirectory()) walk(p);
+      else if (e.name.startsWith(".") && e.name.endsWith(".partial")) continue;
       else out.push({ path: relative(root, p), size: statSync(p).size });
     }
   };

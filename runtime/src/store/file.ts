@@ -1,8 +1,8 @@
 // Local file system backend (file:///abs/path). A file is durable once it, and every directory from it up to the
 // destination root, is synced; a root the archiver had to create is also synced into the nearest parent that was
 // already there, so a node crash after the commit cannot lose the file or the path to it.
-import { mkdir, open, unlink, type FileHandle } from "node:fs/promises";
-import { dirname, isAbsolute, join, resolve } from "node:path";
+import { link, mkdir, open, unlink, type FileHandle } from "node:fs/promises";
+import { basename, dirname, isAbsolute, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ArchiverError, type ErrorKind } from "../errors.ts";
 import type { ArchiveFile, ArchiveStore, FileMeta } from "./types.ts";
@@ -61,6 +61,11 @@ function rootPath(rootUrlOrPath: string): string {
   return resolve(path);
 }
 
+/** The hidden name a file has until it completes; archive tools matching `*.zst` and the like pass it over. */
+export function partialPath(path: string): string {
+  return join(dirname(path), `.${basename(path)}.partial`);
+}
+
 /** `from` and each parent of it, up to and including `to` (an ancestor of `from`). */
 function dirsUpTo(from: string, to: string): string[] {
   const dirs = [from];
@@ -93,6 +98,11 @@ async function syncDir(dir: string): Promise<void> {
 class LocalFile implements ArchiveFile {
   readonly relPath: string;
   readonly #path: string;
+  /**
+   * Where the file is written until it completes: the archive name itself, or (publishing) a hidden name linked to
+   * the archive name once synced, so a kill never leaves a torn file under an archive name.
+   */
+  readonly #partial: string;
   /** The file's directory up to the root: every entry the file's path depends on below the root. */
   readonly #dirs: readonly string[];
   readonly #store: FileStore;
@@ -104,6 +114,7 @@ class LocalFile implements ArchiveFile {
     this.#store = store;
     this.relPath = relPath;
     this.#path = path;
+    this.#partial = store.publish ? partialPath(path) : path;
     this.#handle = handle;
     this.#dirs = dirsUpTo(dirname(path), store.root);
   }
@@ -155,6 +166,12 @@ class LocalFile implements ArchiveFile {
         throw err;
       }
       await handle.close();
+      if (this.#partial !== this.#path) {
+        // link, not rename: it never replaces a file already under the name.
+        await link(this.#partial, this.#path);
+        await unlink(this.#partial);
+        this.#store.created(dirname(this.#path));
+      }
       for (const dir of this.#dirs) await this.#store.syncIfDirty(dir);
       await this.#store.syncAboveRoot();
     } catch (err) {
@@ -169,7 +186,7 @@ class LocalFile implements ArchiveFile {
     this.#handle = undefined;
     try {
       await handle?.close();
-      await unlink(this.#path);
+      await unlink(this.#partial);
     } catch (err) {
       if (errnoCode(err) !== "ENOENT") throw fsError(err, "abandon", this.#path);
     }
@@ -195,8 +212,11 @@ class FileStore implements ArchiveStore {
   readonly #syncing = new Map<string, { start: number; done: Promise<void> }>();
   #seq = 0;
 
-  constructor(root: string) {
+  readonly publish: boolean;
+
+  constructor(root: string, publish: boolean) {
     this.root = root;
+    this.publish = publish;
   }
 
   async open(relPath: string): Promise<ArchiveFile> {
@@ -209,16 +229,21 @@ class FileStore implements ArchiveStore {
     let handle: FileHandle;
     try {
       // "ax": appends only, and never replaces a file already there.
-      handle = await open(path, "ax");
+      handle = await open(this.publish ? partialPath(path) : path, "ax");
     } catch (err) {
       throw fsError(err, "open", path);
     }
-    this.#markDirty(dir);
+    if (!this.publish) this.#markDirty(dir);
     return new LocalFile(this, relPath, path, handle);
   }
 
   #markDirty(dir: string): void {
     this.#dirty.set(dir, ++this.#seq);
+  }
+
+  /** An entry was created in `dir`: the next complete through it syncs it. */
+  created(dir: string): void {
+    this.#markDirty(dir);
   }
 
   /** Syncs `dir` unless every entry created in it is already covered by a sync that started after it. */
@@ -266,7 +291,11 @@ class FileStore implements ArchiveStore {
   }
 }
 
-/** The local backend for `file:///abs/path` (or an absolute path). */
-export function createFileStore(rootUrlOrPath: string): ArchiveStore {
-  return new FileStore(rootPath(rootUrlOrPath));
+/**
+ * The local backend for `file:///abs/path` (or an absolute path). `publish`: write each file under a hidden name and
+ * give it its archive name only once it is synced (an archive destination); without it files are written in place
+ * (staging, whose manifests tell a complete file from a torn one).
+ */
+export function createFileStore(rootUrlOrPath: string, opts: { publish?: boolean } = {}): ArchiveStore {
+  return new FileStore(rootPath(rootUrlOrPath), opts.publish ?? false);
 }

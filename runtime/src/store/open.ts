@@ -24,7 +24,7 @@ export async function openStore(
   log: Logger,
 ): Promise<OpenedStore> {
   const destination = cfg.archive.destination ?? "";
-  if (destination.startsWith("file:")) return { store: createFileStore(destination) };
+  if (destination.startsWith("file:")) return { store: createFileStore(destination, { publish: true }) };
 
   const backend = openObjectBackend(cfg, env, log);
   const budget = resolveSpoolBudget(cfg, env);

@@ -200,3 +200,19 @@ test("errno codes decide retryable or permanent, and the code is kept", () => {
   const already = new ArchiverError("invalid_path", "x", "permanent");
   assert.equal(fsError(already, "open", "/x"), already);
 });
+
+test("a publishing store keeps a file under a hidden name until it completes", async (t) => {
+  const root = await mkdtemp(join(tmpdir(), "publish-"));
+  t.after(() => rm(root, { recursive: true, force: true }));
+  const store = createFileStore(`file://${root}`, { publish: true });
+  const f = await store.open("a/b/file.jsonl.zst");
+  await f.append(Buffer.from("frame"));
+  assert.deepEqual(await readdir(join(root, "a/b")), [".file.jsonl.zst.partial"]);
+  await f.complete({ records: 1, codec: "zstd", openedAt: 0, closedAt: 1, blockLengths: [5] });
+  assert.deepEqual(await readdir(join(root, "a/b")), ["file.jsonl.zst"]);
+  assert.equal(await readFile(join(root, "a/b/file.jsonl.zst"), "utf8"), "frame");
+  const g = await store.open("a/b/other.jsonl.zst");
+  await g.append(Buffer.from("x"));
+  await g.abandon();
+  assert.deepEqual(await readdir(join(root, "a/b")), ["file.jsonl.zst"]);
+});
