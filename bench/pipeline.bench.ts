@@ -80,13 +80,18 @@ interface RunResult {
   heldBytesPerRecord: number;
 }
 
-async function runArchiver(topic: string, count: number, env: Record<string, string> = {}): Promise<RunResult> {
+async function runArchiver(
+  topic: string,
+  count: number,
+  env: Record<string, string> = {},
+  client = "kafkajs",
+): Promise<RunResult> {
   const dir = mkdtempSync(join(work, "run-"));
   const config = join(dir, "config.yaml");
   writeFileSync(
     config,
     stringify({
-      kafka: { brokers: brokers.split(","), group_id: uniqueName("bench"), topics: [topic] },
+      kafka: { brokers: brokers.split(","), group_id: uniqueName("bench"), topics: [topic], client },
       archive: { destination: `file://${join(dir, "archive")}` },
       buffer: { spool_dir: join(dir, "spool") },
       compression: { codec: "zstd", level: 3 },
@@ -153,6 +158,7 @@ async function main(): Promise<void> {
   );
   const zstd = median([0, 1, 2].map(() => timeCmd("zstd", ["-3", "-T1", "-c"], { input: data })));
   const run = await runArchiver(topic, N);
+  const runP = await runArchiver(topic, N, {}, "platformatic");
   const rate = (s: number) => (N / s / 1e3).toFixed(0);
   const mbs = (s: number) => (bytes / MB / s).toFixed(1);
   const slower = Math.max(kcat, zstd);
@@ -162,6 +168,9 @@ async function main(): Promise<void> {
   console.log(`| zstd -3 -T1 (codec limit) | ${zstd.toFixed(2)} | ${rate(zstd)} | ${mbs(zstd)} | | | |`);
   console.log(
     `| dfe-archiver | ${run.seconds.toFixed(2)} | ${rate(run.seconds)} | ${mbs(run.seconds)} | ${(run.cpu / (bytes / 1e9)).toFixed(1)} | ${(run.peakRss / MB).toFixed(0)} | ${run.heldBytesPerRecord.toFixed(3)} |`,
+  );
+  console.log(
+    `| dfe-archiver, kafka.client platformatic | ${runP.seconds.toFixed(2)} | ${rate(runP.seconds)} | ${mbs(runP.seconds)} | ${(runP.cpu / (bytes / 1e9)).toFixed(1)} | ${(runP.peakRss / MB).toFixed(0)} | ${runP.heldBytesPerRecord.toFixed(3)} |`,
   );
   console.log(
     `\nratio to the slower limit (${kcat > zstd ? "kcat" : "zstd"}): ${(slower / run.seconds).toFixed(2)} (goal >= 0.50); to kcat ${(kcat / run.seconds).toFixed(2)}, to zstd ${(zstd / run.seconds).toFixed(2)}`,

@@ -12,6 +12,7 @@ import { startObserveServer, type HealthComponent } from "./observe/http.ts";
 import { Pipeline } from "./pipeline.ts";
 import { openStore } from "./store/open.ts";
 import { KafkaTransport } from "./transport/kafka.ts";
+import { PlatformaticKafkaTransport } from "./transport/platformatic.ts";
 import type { Transport } from "./transport/types.ts";
 import { resolveMemoryLimit, type MemoryLimit } from "./regulate/memory.ts";
 
@@ -35,7 +36,8 @@ function kafkaTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit): 
         ...(tls.key_path ? { key: readFileSync(tls.key_path, "utf8") } : {}),
       }
     : undefined;
-  return new KafkaTransport({
+  const Client = k.client === "platformatic" ? PlatformaticKafkaTransport : KafkaTransport;
+  return new Client({
     brokers: k.brokers,
     clientId: k.client_id,
     groupId: k.group_id,

@@ -193,6 +193,12 @@ const kafkaSchema = z
       .superRefine(pairCheck("cert_path", "key_path"))
       .prefault({})
       .describe("TLS to the brokers."),
+    client: z
+      .enum(["kafkajs", "platformatic"])
+      .default("kafkajs")
+      .describe(
+        "Kafka client library behind the transport: kafkajs, or @platformatic/kafka (faster decoding, measured in bench/transport.bench.ts).",
+      ),
     batch_size: count().default(10000).describe("Records per batch the consumer hands to the pipeline."),
     session_timeout_ms: count()
       .default(30000)

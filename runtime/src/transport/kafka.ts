@@ -1,27 +1,10 @@
 // Kafka consumer group through kafkajs: manual commits only, per-partition pause/resume, assignment changes
 // reported so the pipeline discards buffered records of a revoked partition before any write.
-import type { ConnectionOptions } from "node:tls";
 import { Kafka, logLevel, type Consumer, type LogEntry, type SASLOptions } from "kafkajs";
-import type { Logger } from "pino";
 import type { CommitOffset, PartitionRef } from "../delivery/tracker.ts";
 import { ArchiverError } from "../errors.ts";
 import { registerKafkaCodecs } from "./kafka-codecs.ts";
-import type { Transport, TransportSink } from "./types.ts";
-
-export interface KafkaTransportOptions {
-  brokers: readonly string[];
-  clientId: string;
-  groupId: string;
-  topics: readonly string[];
-  sasl?: { mechanism: "plain" | "scram-sha-256" | "scram-sha-512"; username: string; password: string } | undefined;
-  ssl?: ConnectionOptions | boolean | undefined;
-  sessionTimeoutMs: number;
-  /** Bytes fetched per partition per request: sets the size of a batch. */
-  maxBytesPerPartition: number;
-  /** Bytes fetched per request across partitions. */
-  maxBytes: number;
-  log: Logger;
-}
+import { groupByTopic, type KafkaTransportOptions, type Transport, type TransportSink } from "./types.ts";
 
 type Assignment = Map<string, number[]>;
 
@@ -126,14 +109,4 @@ export class KafkaTransport implements Transport {
   async close(): Promise<void> {
     await this.#consumer.disconnect();
   }
-}
-
-function groupByTopic(partitions: readonly PartitionRef[]): { topic: string; partitions: number[] }[] {
-  const m = new Map<string, number[]>();
-  for (const p of partitions) {
-    const list = m.get(p.topic) ?? [];
-    list.push(p.partition);
-    m.set(p.topic, list);
-  }
-  return [...m].map(([topic, ps]) => ({ topic, partitions: ps }));
 }

@@ -1,5 +1,7 @@
 // What a transport hands the pipeline, and what the pipeline asks of it. Kafka is one implementation; the gRPC
 // Push listener another. Back-pressure is the awaited onBatch plus explicit pause/resume, never an unbounded queue.
+import type { ConnectionOptions } from "node:tls";
+import type { Logger } from "pino";
 import type { CommitOffset, PartitionRef } from "../delivery/tracker.ts";
 
 export interface InboundRecord {
@@ -34,4 +36,30 @@ export interface Transport {
   /** Stops receiving; the transport can still commit until close(). */
   stopReceiving(): Promise<void>;
   close(): Promise<void>;
+}
+
+/** What every Kafka client implementation of Transport is built from. */
+export interface KafkaTransportOptions {
+  brokers: readonly string[];
+  clientId: string;
+  groupId: string;
+  topics: readonly string[];
+  sasl?: { mechanism: "plain" | "scram-sha-256" | "scram-sha-512"; username: string; password: string } | undefined;
+  ssl?: ConnectionOptions | boolean | undefined;
+  sessionTimeoutMs: number;
+  /** Bytes fetched per partition per request: sets the size of a batch. */
+  maxBytesPerPartition: number;
+  /** Bytes fetched per request across partitions. */
+  maxBytes: number;
+  log: Logger;
+}
+
+export function groupByTopic(partitions: readonly PartitionRef[]): { topic: string; partitions: number[] }[] {
+  const m = new Map<string, number[]>();
+  for (const p of partitions) {
+    const list = m.get(p.topic) ?? [];
+    list.push(p.partition);
+    m.set(p.topic, list);
+  }
+  return [...m].map(([topic, ps]) => ({ topic, partitions: ps }));
 }

@@ -242,3 +242,20 @@ test("batches a producer compressed with lz4, zstd, snappy or gzip are all archi
   const ids = new Set(lines.map((l) => (JSON.parse(l) as { id: number }).id));
   assert.equal(ids.size, codecs.length * 200);
 });
+
+test("kafka.client platformatic archives every record once and commits to the end", async (t) => {
+  const N = 30_000;
+  const dir = tempDir(t);
+  const topic = await kafkaTopic(t, { partitions: 3 });
+  const groupId = uniqueName("g");
+  await produce(topic, N, record);
+  const config = baseConfig(dir, topic, groupId);
+  const a = await startArchiver(t, { ...config, kafka: { ...config.kafka, client: "platformatic" } });
+  await waitWritten(a, N, 60_000);
+  assert.equal(await a.stop(), 0, a.output().slice(-3000));
+  const { lines } = readArchive(join(dir, "archive"));
+  assert.equal(lines.length, N);
+  assert.equal(new Set(lines.map((l) => (JSON.parse(l) as { id: number }).id)).size, N);
+  const { committed, end } = await groupOffsets(groupId, topic);
+  assert.deepEqual(committed, end);
+});

@@ -1,0 +1,431 @@
+// Kafka consumer group through @platformatic/kafka: the library keeps the group membership (join, sync, heartbeats,
+// rejoin on rebalance), while the fetch loop is ours. Its MessagesStream builds a message object per record and
+// pauses only as a whole; this loop issues the Fetch requests itself, hands each partition's records to the sink as one
+// batch, and fetches a partition again only once the sink resolved its batch (per-partition back-pressure). The
+// library decodes gzip, snappy, lz4 and zstd batches natively (zlib and a WebAssembly codec): no codec to register.
+import {
+  ConnectionPool,
+  Consumer,
+  IS_CONTROL,
+  ListOffsetTimestamps,
+  findErrorBy,
+  type ClusterMetadata,
+  type ConsumerGroupJoinPayload,
+  type SASLOptions,
+  type fetchV17,
+} from "@platformatic/kafka";
+import type { ConnectionOptions } from "node:tls";
+import type { CommitOffset, PartitionRef } from "../delivery/tracker.ts";
+import { ArchiverError } from "../errors.ts";
+import {
+  groupByTopic,
+  type InboundRecord,
+  type KafkaTransportOptions,
+  type Transport,
+  type TransportSink,
+} from "./types.ts";
+
+type FetchResponse = fetchV17.FetchResponse;
+type FetchRequestTopic = fetchV17.FetchRequestTopic;
+
+// A fetch the broker holds open delays the drain and a partition that became ready meanwhile: keep it short.
+const MAX_WAIT_MS = 500;
+/** Pause before fetching again after a failed fetch, offset lookup or sink batch. */
+const RETRY_MS = 1000;
+const OFFSET_OUT_OF_RANGE = 1;
+
+const SASL_MECHANISMS = {
+  plain: "PLAIN",
+  "scram-sha-256": "SCRAM-SHA-256",
+  "scram-sha-512": "SCRAM-SHA-512",
+} as const;
+
+interface PartitionState extends PartitionRef {
+  readonly key: string;
+  assigned: boolean;
+  /** The next offset to fetch; undefined while it is looked up after an assignment. */
+  position: bigint | undefined;
+  /** A batch of it is with the sink: nothing more is fetched for it until the sink resolves. */
+  delivering: boolean;
+}
+
+interface Requested {
+  readonly state: PartitionState;
+  readonly offset: bigint;
+}
+
+export class PlatformaticKafkaTransport implements Transport {
+  readonly replayable = true;
+  readonly #opts: KafkaTransportOptions;
+  readonly #consumer: Consumer;
+  /** Fetches get connections of their own, so a fetch the broker holds open never queues a heartbeat or commit. */
+  readonly #fetchPool: ConnectionPool;
+  readonly #parts = new Map<string, PartitionState>();
+  readonly #paused = new Set<string>();
+  /** Broker nodes with a fetch in flight: one at a time each, as the node's fetch session requires. */
+  readonly #inflight = new Map<number, Promise<void>>();
+  /** Counts assignments: a fetch or offset lookup started under an earlier one is discarded. */
+  #generation = 0;
+  #receiving = false;
+  #closed = false;
+  #pumping = false;
+  #pumpAgain = false;
+  #sink: TransportSink | undefined;
+
+  constructor(opts: KafkaTransportOptions) {
+    this.#opts = opts;
+    const connection = connectionOptions(opts);
+    this.#consumer = new Consumer({
+      clientId: opts.clientId,
+      bootstrapBrokers: [...opts.brokers],
+      groupId: opts.groupId,
+      sessionTimeout: opts.sessionTimeoutMs,
+      rebalanceTimeout: Math.max(60_000, opts.sessionTimeoutMs),
+      heartbeatInterval: Math.max(1000, Math.floor(opts.sessionTimeoutMs / 10)),
+      autocommit: false,
+      autocreateTopics: false,
+      maxWaitTime: MAX_WAIT_MS,
+      maxBytes: opts.maxBytes,
+      maxBytesPerPartition: opts.maxBytesPerPartition,
+      ...connection,
+    });
+    this.#fetchPool = new ConnectionPool(opts.clientId, connection);
+  }
+
+  async start(sink: TransportSink): Promise<void> {
+    this.#sink = sink;
+    this.#receiving = true;
+    const c = this.#consumer;
+    const log = this.#opts.log.child({ component: "platformatic-kafka" });
+    // A rebalance the library could not rejoin (retries spent) leaves the group for good: join it again.
+    c.on("error", (err: Error) => this.#rejoin(err));
+    c.on("consumer:heartbeat:stalled", (p) =>
+      log.warn({ err: p.lastError, stalledForMs: p.stalledFor }, "heartbeat stalled"),
+    );
+    c.on("consumer:group:join", (p) => this.#onJoin(p));
+    c.topics.trackAll(...this.#opts.topics);
+    await c.joinGroup({});
+  }
+
+  #rejoin(err: unknown): void {
+    if (this.#closed) return;
+    this.#opts.log.error({ err }, "consumer group rejoin failed; joining again");
+    setTimeout(() => {
+      if (!this.#closed) this.#consumer.joinGroup({}).catch((e: unknown) => this.#rejoin(e));
+    }, RETRY_MS);
+  }
+
+  #onJoin(payload: ConsumerGroupJoinPayload): void {
+    const generation = ++this.#generation;
+    const assigned: PartitionState[] = [];
+    const now = new Set<string>();
+    for (const { topic, partitions } of payload.assignments ?? []) {
+      for (const partition of [...partitions].sort((a, b) => a - b)) {
+        const key = partitionKey(topic, partition);
+        let st = this.#parts.get(key);
+        if (st === undefined) {
+          st = { topic, partition, key, assigned: true, position: undefined, delivering: false };
+          this.#parts.set(key, st);
+        }
+        // The broker hands the partition back from its committed offset, as the pipeline's tracker expects.
+        st.assigned = true;
+        st.position = undefined;
+        now.add(key);
+        assigned.push(st);
+      }
+    }
+    const revoked: PartitionRef[] = [];
+    for (const st of this.#parts.values()) {
+      if (st.assigned && !now.has(st.key)) {
+        st.assigned = false;
+        st.position = undefined;
+        revoked.push({ topic: st.topic, partition: st.partition });
+      }
+    }
+    const refs = assigned.map((st) => ({ topic: st.topic, partition: st.partition }));
+    this.#opts.log.info(
+      { generation: payload.generationId, assigned: groupByTopic(refs), revoked },
+      "partitions assigned",
+    );
+    if (revoked.length > 0) this.#sink?.onRevoked(revoked);
+    this.#sink?.onAssigned(refs);
+    if (assigned.length > 0) this.#seek(generation, assigned, true);
+  }
+
+  /** Sets where each partition reads from: its committed offset, else (or when told to) its earliest. */
+  #seek(generation: number, parts: readonly PartitionState[], committedFirst: boolean): void {
+    const topics = groupByTopic(parts);
+    const lookup = async (): Promise<void> => {
+      const committed = committedFirst
+        ? await this.#consumer.listCommittedOffsets({ topics })
+        : new Map<string, bigint[]>();
+      const missing = parts.filter((st) => (committed.get(st.topic)?.[st.partition] ?? -1n) < 0n);
+      const earliest =
+        missing.length === 0
+          ? new Map<string, bigint[]>()
+          : await this.#consumer.listOffsets({
+              topics: [...new Set(missing.map((st) => st.topic))],
+              partitions: Object.fromEntries(groupByTopic(missing).map((t) => [t.topic, t.partitions])),
+              timestamp: ListOffsetTimestamps.EARLIEST,
+            });
+      if (generation !== this.#generation) return;
+      for (const st of parts) {
+        const c = committed.get(st.topic)?.[st.partition] ?? -1n;
+        const offset = c >= 0n ? c : earliest.get(st.topic)?.[st.partition];
+        if (offset === undefined) throw new Error(`no offset for ${st.key}`);
+        st.position = offset;
+      }
+    };
+    lookup().then(
+      () => this.#pump(),
+      (err: unknown) => {
+        if (!this.#receiving || generation !== this.#generation) return;
+        this.#opts.log.warn({ err, partitions: topics }, "offset lookup failed; retrying");
+        setTimeout(() => this.#generation === generation && this.#seek(generation, parts, committedFirst), RETRY_MS);
+      },
+    );
+  }
+
+  /** Sends a fetch to every broker with no fetch in flight that leads a partition ready to read. */
+  #pump(): void {
+    if (!this.#receiving) return;
+    if (this.#pumping) {
+      this.#pumpAgain = true;
+      return;
+    }
+    this.#pumping = true;
+    this.#consumer.metadata({ topics: [...this.#opts.topics] }).then(
+      (md) => {
+        this.#pumping = false;
+        this.#fetchReady(md);
+        if (this.#pumpAgain) {
+          this.#pumpAgain = false;
+          this.#pump();
+        }
+      },
+      (err: unknown) => {
+        this.#pumping = false;
+        this.#pumpAgain = false;
+        if (!this.#receiving) return;
+        this.#opts.log.warn({ err }, "metadata refresh failed; retrying");
+        setTimeout(() => this.#pump(), RETRY_MS);
+      },
+    );
+  }
+
+  #fetchReady(md: ClusterMetadata): void {
+    if (!this.#receiving) return;
+    const byNode = new Map<number, PartitionState[]>();
+    for (const st of this.#parts.values()) {
+      if (!st.assigned || st.delivering || st.position === undefined || this.#paused.has(st.key)) continue;
+      const leader = md.topics.get(st.topic)?.partitions[st.partition]?.leader;
+      if (leader === undefined || leader < 0 || this.#inflight.has(leader)) continue;
+      const list = byNode.get(leader) ?? [];
+      list.push(st);
+      byNode.set(leader, list);
+    }
+    for (const [node, parts] of byNode) this.#fetch(md, node, parts);
+  }
+
+  #fetch(md: ClusterMetadata, node: number, parts: readonly PartitionState[]): void {
+    const generation = this.#generation;
+    const requested = new Map<string, Requested>();
+    const byTopic = new Map<string, FetchRequestTopic>();
+    const topicNames = new Map<string, string>();
+    for (const st of parts) {
+      const topicId = md.topics.get(st.topic)?.id;
+      if (topicId === undefined || st.position === undefined) continue;
+      topicNames.set(topicId, st.topic);
+      let t = byTopic.get(st.topic);
+      if (t === undefined) {
+        t = { topicId, partitions: [] };
+        byTopic.set(st.topic, t);
+      }
+      t.partitions.push({
+        partition: st.partition,
+        fetchOffset: st.position,
+        partitionMaxBytes: this.#opts.maxBytesPerPartition,
+        currentLeaderEpoch: -1,
+        lastFetchedEpoch: -1,
+      });
+      requested.set(st.key, { state: st, offset: st.position });
+    }
+    const fetched = this.#consumer
+      .fetch({
+        node,
+        topics: [...byTopic.values()],
+        connectionPool: this.#fetchPool,
+        maxWaitTime: MAX_WAIT_MS,
+        minBytes: 1,
+        maxBytes: this.#opts.maxBytes,
+      })
+      .then(
+        (response) => {
+          this.#inflight.delete(node);
+          if (this.#receiving && generation === this.#generation) this.#deliver(response, topicNames, requested);
+          // Once the microtasks have run, a sink that resolved at once has its partition in the next fetch.
+          setImmediate(() => this.#pump());
+        },
+        (err: unknown) => {
+          this.#inflight.delete(node);
+          if (!this.#receiving) return;
+          if (generation === this.#generation && this.#outOfRange(err, topicNames, requested)) {
+            this.#pump();
+            return;
+          }
+          this.#opts.log.warn({ err, node }, "fetch failed; retrying");
+          this.#consumer.clearMetadata();
+          setTimeout(() => this.#pump(), RETRY_MS);
+        },
+      );
+    this.#inflight.set(node, fetched);
+  }
+
+  #deliver(response: FetchResponse, topicNames: Map<string, string>, requested: Map<string, Requested>): void {
+    for (const t of response.responses) {
+      const topic = topicNames.get(t.topicId);
+      if (topic === undefined) continue;
+      for (const p of t.partitions) {
+        const req = requested.get(partitionKey(topic, p.partitionIndex));
+        // A partition paused, re-assigned or lingering in the fetch session since the request went out: its records
+        // are read again from its position.
+        if (req === undefined || req.state.position !== req.offset || this.#paused.has(req.state.key)) continue;
+        const batches = p.records;
+        if (!batches || batches.length === 0) continue;
+        const records: InboundRecord[] = [];
+        let next = req.offset;
+        // Number: offsets stay far below 2^53, and the pipeline reads them as numbers.
+        const from = Number(req.offset);
+        for (const batch of batches) {
+          const last = batch.firstOffset + BigInt(batch.lastOffsetDelta);
+          if (last >= next) next = last + 1n;
+          // Control batches (transaction markers) carry no records but take offsets.
+          if (batch.attributes & IS_CONTROL) continue;
+          const base = Number(batch.firstOffset);
+          for (const r of batch.records) {
+            const offset = base + r.offsetDelta;
+            // A compressed batch comes whole: records before the fetch offset were delivered already.
+            if (offset >= from) records.push({ value: r.value, offset: String(offset) });
+          }
+        }
+        req.state.position = next;
+        if (records.length > 0) {
+          this.#hand(req.state, {
+            topic,
+            partition: p.partitionIndex,
+            records,
+            highWatermark: p.highWatermark.toString(),
+          });
+        }
+      }
+    }
+  }
+
+  #hand(st: PartitionState, batch: Parameters<TransportSink["onBatch"]>[0]): void {
+    const sink = this.#sink;
+    if (sink === undefined) return;
+    const generation = this.#generation;
+    const first = batch.records[0];
+    st.delivering = true;
+    sink.onBatch(batch).then(
+      () => {
+        st.delivering = false;
+        this.#pump();
+      },
+      (err: unknown) => {
+        // The batch is read again, after a pause so a failing sink does not spin.
+        this.#opts.log.error(
+          { err, topic: st.topic, partition: st.partition },
+          "sink failed a batch; reading it again",
+        );
+        if (generation === this.#generation && first !== undefined) st.position = BigInt(first.offset);
+        setTimeout(() => {
+          st.delivering = false;
+          this.#pump();
+        }, RETRY_MS);
+      },
+    );
+  }
+
+  /** Partitions whose position the broker no longer has (retention, a recreated topic) read from their earliest. */
+  #outOfRange(err: unknown, topicNames: Map<string, string>, requested: Map<string, Requested>): boolean {
+    if (!(err instanceof Error) || !findErrorBy(err, "apiId", "OFFSET_OUT_OF_RANGE")) return false;
+    const response = (err as { response?: FetchResponse }).response;
+    const reset: PartitionState[] = [];
+    for (const t of response?.responses ?? []) {
+      const topic = topicNames.get(t.topicId);
+      if (topic === undefined) continue;
+      for (const p of t.partitions) {
+        const req = requested.get(partitionKey(topic, p.partitionIndex));
+        if (p.errorCode !== OFFSET_OUT_OF_RANGE || req === undefined || req.state.position !== req.offset) continue;
+        req.state.position = undefined;
+        reset.push(req.state);
+      }
+    }
+    if (reset.length === 0) return false;
+    this.#opts.log.warn({ partitions: groupByTopic(reset) }, "fetch offset out of range: reading from the earliest");
+    this.#seek(this.#generation, reset, false);
+    return true;
+  }
+
+  async commit(offsets: readonly CommitOffset[]): Promise<void> {
+    if (offsets.length === 0) return;
+    try {
+      await this.#consumer.commit({
+        offsets: offsets.map((o) => ({
+          topic: o.topic,
+          partition: o.partition,
+          offset: BigInt(o.offset),
+          leaderEpoch: -1,
+        })),
+      });
+    } catch (err) {
+      // A commit that fails (rebalance, broker away) is retried at the next commit with a floor at least as high.
+      throw new ArchiverError("kafka_commit_failed", `offset commit failed: ${(err as Error).message}`, "retryable", {
+        cause: err,
+      });
+    }
+  }
+
+  pause(partitions: readonly PartitionRef[]): void {
+    for (const p of partitions) this.#paused.add(partitionKey(p.topic, p.partition));
+  }
+
+  resume(partitions: readonly PartitionRef[]): void {
+    for (const p of partitions) this.#paused.delete(partitionKey(p.topic, p.partition));
+    this.#pump();
+  }
+
+  /** Fetches stop and what a fetch in flight returns is dropped; the group membership (and so commits) stays. */
+  async stopReceiving(): Promise<void> {
+    this.#receiving = false;
+  }
+
+  async close(): Promise<void> {
+    this.#receiving = false;
+    this.#closed = true;
+    // A fetch in flight returns within MAX_WAIT_MS; closing its connection under it would have the library retry.
+    await Promise.all(this.#inflight.values());
+    await this.#fetchPool.close();
+    await this.#consumer.close();
+  }
+}
+
+function partitionKey(topic: string, partition: number): string {
+  return `${topic}\u0000${partition}`;
+}
+
+function connectionOptions(opts: KafkaTransportOptions): { tls?: ConnectionOptions; sasl?: SASLOptions } {
+  return {
+    ...(opts.ssl ? { tls: opts.ssl === true ? {} : opts.ssl } : {}),
+    ...(opts.sasl
+      ? {
+          sasl: {
+            mechanism: SASL_MECHANISMS[opts.sasl.mechanism],
+            username: opts.sasl.username,
+            password: opts.sasl.password,
+          },
+        }
+      : {}),
+  };
+}

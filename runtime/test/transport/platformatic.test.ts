@@ -1,0 +1,223 @@
+// PlatformaticKafkaTransport against the testbed broker: delivery (once, in order, per partition, whatever the batch
+// codec), commits, pause/resume, and a rebalance reported as revoked partitions.
+import { test, type TestContext } from "node:test";
+import assert from "node:assert/strict";
+import { setTimeout as sleep } from "node:timers/promises";
+import kafkajs from "kafkajs";
+import { pino } from "pino";
+import { kafka, kafkaTopic, need, uniqueName } from "../../../e2e/support/testbed.ts";
+import type { PartitionRef } from "../../src/delivery/tracker.ts";
+import { registerKafkaCodecs } from "../../src/transport/kafka-codecs.ts";
+import { PlatformaticKafkaTransport } from "../../src/transport/platformatic.ts";
+import type { InboundBatch, TransportSink } from "../../src/transport/types.ts";
+
+const { CompressionTypes } = kafkajs;
+const CODECS = [
+  CompressionTypes.None,
+  CompressionTypes.GZIP,
+  CompressionTypes.Snappy,
+  CompressionTypes.LZ4,
+  CompressionTypes.ZSTD,
+];
+const log = pino({ level: "error" });
+
+/** Sends `count` records to each partition as one batch per call, so every codec makes batches of its own. */
+async function produce(topic: string, partitions: number[], count: number, codec: number, tag: string): Promise<void> {
+  registerKafkaCodecs();
+  const producer = kafka().producer();
+  await producer.connect();
+  try {
+    for (const partition of partitions) {
+      const messages = Array.from({ length: count }, (_, i) => ({ partition, value: `${tag}:${partition}:${i}` }));
+      await producer.send({ topic, compression: codec, messages });
+    }
+  } finally {
+    await producer.disconnect();
+  }
+}
+
+class Collector implements TransportSink {
+  readonly batches: InboundBatch[] = [];
+  readonly assigned: PartitionRef[][] = [];
+  readonly revoked: PartitionRef[][] = [];
+  onAssignedHook: ((p: readonly PartitionRef[]) => void) | undefined;
+
+  async onBatch(batch: InboundBatch): Promise<void> {
+    this.batches.push(batch);
+  }
+  onAssigned(partitions: readonly PartitionRef[]): void {
+    this.assigned.push([...partitions]);
+    this.onAssignedHook?.(partitions);
+  }
+  onRevoked(partitions: readonly PartitionRef[]): void {
+    this.revoked.push([...partitions]);
+  }
+
+  values(partition: number): string[] {
+    return this.batches
+      .filter((b) => b.partition === partition)
+      .flatMap((b) => b.records.map((r) => r.value?.toString() ?? "<null>"));
+  }
+  offsets(partition: number): number[] {
+    return this.batches.filter((b) => b.partition === partition).flatMap((b) => b.records.map((r) => Number(r.offset)));
+  }
+  count(): number {
+    return this.batches.reduce((n, b) => n + b.records.length, 0);
+  }
+  lastAssignment(): number[] {
+    return (this.assigned.at(-1) ?? []).map((p) => p.partition).sort();
+  }
+}
+
+function transport(t: TestContext, topic: string, groupId: string): PlatformaticKafkaTransport {
+  const tr = new PlatformaticKafkaTransport({
+    brokers: need("TESTBED_KAFKA_BROKERS").split(","),
+    clientId: "platformatic-test",
+    groupId,
+    topics: [topic],
+    sessionTimeoutMs: 6000,
+    maxBytesPerPartition: 1 << 20,
+    maxBytes: 8 << 20,
+    log,
+  });
+  t.after(() => tr.close());
+  return tr;
+}
+
+async function until(what: string, cond: () => boolean, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+const range = (n: number) => Array.from({ length: n }, (_, i) => i);
+
+test("delivers every record once, in offset order per partition, whatever the batch codec; commits land", async (t) => {
+  const topic = await kafkaTopic(t, { partitions: 3 });
+  const perCodec = 40;
+  for (const codec of CODECS) await produce(topic, [0, 1, 2], perCodec, codec, `c${codec}`);
+  const perPartition = perCodec * CODECS.length;
+  const groupId = uniqueName("g");
+  const sink = new Collector();
+  const tr = transport(t, topic, groupId);
+  await tr.start(sink);
+  await until("all records", () => sink.count() >= 3 * perPartition);
+  await sleep(1500); // anything delivered twice shows up in the count by now
+  assert.equal(sink.count(), 3 * perPartition);
+  assert.deepEqual(sink.lastAssignment(), [0, 1, 2]);
+  for (const p of [0, 1, 2]) {
+    assert.deepEqual(sink.offsets(p), range(perPartition), `partition ${p} offsets`);
+    const expected = CODECS.flatMap((c) => range(perCodec).map((i) => `c${c}:${p}:${i}`));
+    assert.deepEqual(sink.values(p), expected, `partition ${p} values`);
+  }
+  // Records come grouped by partition, not one call per record, and carry the partition's high watermark.
+  assert.ok(sink.batches.length <= 3 * CODECS.length, `${sink.batches.length} batches`);
+  for (const b of sink.batches) assert.equal(b.highWatermark, String(perPartition));
+
+  await tr.commit([
+    { topic, partition: 0, offset: String(perPartition) },
+    { topic, partition: 1, offset: "7" },
+    { topic, partition: 2, offset: String(perPartition - 1) },
+  ]);
+  const admin = kafka().admin();
+  await admin.connect();
+  try {
+    const [fetched] = await admin.fetchOffsets({ groupId, topics: [topic] });
+    const committed = Object.fromEntries((fetched?.partitions ?? []).map((p) => [p.partition, p.offset]));
+    assert.deepEqual(committed, { 0: String(perPartition), 1: "7", 2: String(perPartition - 1) });
+  } finally {
+    await admin.disconnect();
+  }
+});
+
+test("a second member reading from the committed offsets restarts where the first one committed", async (t) => {
+  const topic = await kafkaTopic(t, { partitions: 3 });
+  await produce(topic, [0, 1, 2], 30, CompressionTypes.LZ4, "a");
+  const groupId = uniqueName("g");
+  const first = new Collector();
+  const a = transport(t, topic, groupId);
+  await a.start(first);
+  await until("first records", () => first.count() >= 90);
+  await a.commit([0, 1, 2].map((partition) => ({ topic, partition, offset: "20" })));
+  await a.close();
+
+  const second = new Collector();
+  await transport(t, topic, groupId).start(second);
+  await until("records past the commit", () => second.count() >= 30);
+  await sleep(500);
+  for (const p of [0, 1, 2])
+    assert.deepEqual(
+      second.offsets(p),
+      range(10).map((i) => 20 + i),
+    );
+});
+
+test("pause stops a partition and resume restarts it", async (t) => {
+  const topic = await kafkaTopic(t, { partitions: 3 });
+  await produce(topic, [0, 1, 2], 50, CompressionTypes.ZSTD, "a");
+  const sink = new Collector();
+  const tr = transport(t, topic, uniqueName("g"));
+  // Paused before the first fetch: nothing of partition 1 may arrive.
+  sink.onAssignedHook = () => tr.pause([{ topic, partition: 1 }]);
+  await tr.start(sink);
+  await until("partitions 0 and 2", () => sink.offsets(0).length === 50 && sink.offsets(2).length === 50);
+  await sleep(1500);
+  assert.equal(sink.offsets(1).length, 0, "paused partition delivered records");
+
+  // Paused mid-stream: records produced after the pause stay unread until the resume.
+  tr.pause([{ topic, partition: 0 }]);
+  await produce(topic, [0, 2], 10, CompressionTypes.None, "b");
+  await until("partition 2 keeps going", () => sink.offsets(2).length === 60);
+  await sleep(1500);
+  assert.equal(sink.offsets(0).length, 50, "paused partition delivered records");
+
+  tr.resume([
+    { topic, partition: 0 },
+    { topic, partition: 1 },
+  ]);
+  await until("resumed partitions", () => sink.offsets(0).length === 60 && sink.offsets(1).length === 50);
+  assert.deepEqual(sink.offsets(0), range(60));
+  assert.deepEqual(sink.offsets(1), range(50));
+});
+
+test("a second consumer joining the group revokes partitions from the first", async (t) => {
+  const topic = await kafkaTopic(t, { partitions: 3 });
+  await produce(topic, [0, 1, 2], 20, CompressionTypes.Snappy, "a");
+  const groupId = uniqueName("g");
+  const first = new Collector();
+  const a = transport(t, topic, groupId);
+  await a.start(first);
+  await until("first consumer's records", () => first.count() === 60);
+  await a.commit([0, 1, 2].map((partition) => ({ topic, partition, offset: "20" })));
+  assert.equal(first.revoked.length, 0);
+
+  const second = new Collector();
+  await transport(t, topic, groupId).start(second);
+  await until("rebalance", () => first.revoked.length > 0 && second.lastAssignment().length > 0);
+  const kept = first.lastAssignment();
+  const taken = second.lastAssignment();
+  assert.deepEqual([...kept, ...taken].sort(), [0, 1, 2], "every partition assigned to exactly one member");
+  assert.ok(kept.length > 0 && taken.length > 0);
+  assert.deepEqual(
+    first.revoked
+      .flat()
+      .map((p) => p.partition)
+      .sort(),
+    taken,
+  );
+
+  // After the rebalance each record goes to the member that holds its partition, from the committed offset on.
+  const before = first.batches.length;
+  await produce(topic, [0, 1, 2], 5, CompressionTypes.None, "b");
+  await until("new records", () => first.count() + second.count() === 75);
+  await sleep(500);
+  assert.deepEqual([...new Set(first.batches.slice(before).map((b) => b.partition))].sort(), kept);
+  assert.deepEqual([...new Set(second.batches.map((b) => b.partition))].sort(), taken);
+  for (const p of taken)
+    assert.deepEqual(
+      second.offsets(p),
+      range(5).map((i) => 20 + i),
+    );
+});
