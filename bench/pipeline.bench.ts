@@ -96,6 +96,7 @@ async function runArchiver(
       buffer: { spool_dir: join(dir, "spool") },
       compression: { codec: "zstd", level: 3 },
       routing: { mode: "expression", expression_fields: ["_org_id", "event_type"] },
+      dlq: { enabled: false },
       logger: { level: "warn" },
     }),
   );

@@ -18,7 +18,13 @@ const groupId = uniqueName("demo");
 
 const admin = kafka().admin();
 await admin.connect();
-await admin.createTopics({ topics: [{ topic, numPartitions: 3 }], waitForLeaders: true });
+await admin.createTopics({
+  topics: [
+    { topic, numPartitions: 3 },
+    { topic: `${topic}-dlq`, numPartitions: 1 },
+  ],
+  waitForLeaders: true,
+});
 await admin.disconnect();
 console.log(`created topic ${topic} (3 partitions)`);
 
@@ -43,6 +49,7 @@ writeFileSync(
     buffer: { spool_dir: join(root, "..", ".demo-spool"), flush_age_secs: 1 },
     compression: { codec: "zstd", level: 3 },
     routing: { mode: "expression", expression_fields: ["_org_id", "event_type"] },
+    dlq: { topic: `${topic}-dlq` },
     logger: { level: "info", format: "text" },
   }),
 );

@@ -13,16 +13,14 @@ import { Pipeline } from "./pipeline.ts";
 import { openStore } from "./store/open.ts";
 import { KafkaTransport } from "./transport/kafka.ts";
 import { PlatformaticKafkaTransport } from "./transport/platformatic.ts";
-import type { Transport } from "./transport/types.ts";
+import type { KafkaTransportOptions, Transport } from "./transport/types.ts";
+import { KafkaDlq } from "./dlq/kafka.ts";
 import { resolveMemoryLimit, type MemoryLimit } from "./regulate/memory.ts";
 
 const USAGE = `usage: dfe-archiver run [--config PATH] [--log-level LEVEL] [--log-format json|text] [--metrics-addr HOST:PORT]`;
 
-function kafkaTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit): Transport {
-  const k = cfg.kafka;
-  if (k.topics.length === 0) {
-    throw new ConfigError("kafka.topics", "is empty: list the topics to archive (DFE_ARCHIVER_KAFKA_TOPICS=a,b)");
-  }
+/** SASL and TLS options of the kafka section, shared by the consumer and the DLQ producer. */
+function kafkaAuth(k: ResolvedConfig["kafka"]): Pick<KafkaTransportOptions, "sasl" | "ssl"> {
   const sasl =
     k.sasl_mechanism !== undefined
       ? { mechanism: k.sasl_mechanism, username: k.sasl_username ?? "", password: k.sasl_password ?? "" }
@@ -36,6 +34,15 @@ function kafkaTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit): 
         ...(tls.key_path ? { key: readFileSync(tls.key_path, "utf8") } : {}),
       }
     : undefined;
+  return { sasl, ssl };
+}
+
+function kafkaTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit): Transport {
+  const k = cfg.kafka;
+  if (k.topics.length === 0) {
+    throw new ConfigError("kafka.topics", "is empty: list the topics to archive (DFE_ARCHIVER_KAFKA_TOPICS=a,b)");
+  }
+  const { sasl, ssl } = kafkaAuth(k);
   const Client = k.client === "platformatic" ? PlatformaticKafkaTransport : KafkaTransport;
   return new Client({
     brokers: k.brokers,
@@ -104,7 +111,20 @@ async function run(argv: string[]): Promise<number> {
   try {
     const memory = resolveMemoryLimit(cfg.memory.limit_bytes, cfg.memory.cgroup_headroom);
     const store = await openStore(cfg, process.env, metrics, log);
-    pipeline = new Pipeline({ config: cfg, transport: openTransport(cfg, log, memory), metrics, log, memory, store });
+    let dlq: KafkaDlq | undefined;
+    if (cfg.dlq.enabled) {
+      dlq = new KafkaDlq({
+        brokers: cfg.dlq.brokers,
+        topic: cfg.dlq.topic,
+        messageMaxBytes: cfg.dlq.message_max_bytes,
+        clientId: cfg.kafka.client_id,
+        ...kafkaAuth(cfg.kafka),
+        log,
+      });
+      await dlq.start();
+    } else log.warn("the DLQ is off: records refused for good are dropped and counted in messages_dropped_total");
+    const transport = openTransport(cfg, log, memory);
+    pipeline = new Pipeline({ config: cfg, transport, metrics, log, memory, store, dlq });
   } catch (err) {
     if (err instanceof ArchiverError && !err.retryable) {
       log.error(`refusing to start: ${err.message}`);

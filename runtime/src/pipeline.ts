@@ -5,7 +5,8 @@ import type { Logger } from "pino";
 import type { ResolvedConfig } from "./config/resolve.ts";
 import { createRouter, TOO_DEEP, type Router } from "./route/router.ts";
 import { HotBufferPool, type FlushBatch } from "./buffer/hot.ts";
-import { createCodec, type Codec } from "./codec/index.ts";
+import { createCodec, readBlocks, type Codec } from "./codec/index.ts";
+import type { DeadLetter, KafkaDlq } from "./dlq/kafka.ts";
 import { createWriterPool, type CompletedFile, type WriterPool } from "./archive/writers.ts";
 import { parsePathTemplate } from "./archive/path.ts";
 import type { OpenedStore } from "./store/open.ts";
@@ -30,6 +31,8 @@ export interface PipelineDeps {
   log: Logger;
   memory: MemoryLimit;
   store: OpenedStore;
+  /** Undefined with the DLQ off: records refused for good are then dropped and counted. */
+  dlq?: KafkaDlq | undefined;
   /** Distinguishes this process's writers from every other replica's in file names. */
   instanceId?: string;
 }
@@ -47,6 +50,7 @@ export class Pipeline implements TransportSink {
   readonly #buffers: HotBufferPool;
   readonly #writers: WriterPool<Hold>;
   readonly #staging: StagingStore | undefined;
+  readonly #dlq: KafkaDlq | undefined;
   /** Per destination, the promise of its last append: frames of one destination reach the writer in flush order. */
   readonly #chains = new Map<string, Promise<void>>();
   readonly #inflight = new Set<Promise<void>>();
@@ -77,6 +81,7 @@ export class Pipeline implements TransportSink {
       throw new ConfigError("archive.destination", "no destination: the pipeline idles");
     }
     this.#staging = deps.store.staging;
+    this.#dlq = deps.dlq;
     this.#tracker = new OffsetTracker({ holdsCommit: cfg.offsetsHeld });
     this.#router = createRouter({
       mode: cfg.routing.mode,
@@ -161,13 +166,13 @@ export class Pipeline implements TransportSink {
     // Group the batch by destination before buffering, so that with more destinations than hot buffers a buffer the
     // LRU evicts carries everything the batch had for it, not one record.
     const groups = new Map<string, number[]>();
-    let tooDeep = 0;
+    const tooDeep: number[] = [];
     for (let i = from; i < to; i++) {
       const r = records[i];
       if (r === undefined) continue;
       const dest = this.#router.route(topic, r.value ?? EMPTY);
       if (dest === TOO_DEEP) {
-        tooDeep++;
+        tooDeep.push(i);
         continue;
       }
       const g = groups.get(dest);
@@ -180,22 +185,79 @@ export class Pipeline implements TransportSink {
         if (r !== undefined) this.#buffers.add(dest, slot, Number(r.offset), r.value ?? EMPTY);
       }
     }
+    if (tooDeep.length > 0) this.#tooDeep(batch, slot, tooDeep);
     const lastRecord = records[to - 1];
     const last = lastRecord === undefined ? -1 : Number(lastRecord.offset);
     if (last >= 0) this.#tracker.received(slot, last);
     this.#m.messagesReceived.inc(to - from);
-    if (tooDeep > 0) {
-      // No DLQ yet takes them: a record nested past 64 levels is dropped and counted, never parsed.
-      this.#m.messagesDropped.inc({ reason: "too_deep" }, tooDeep);
-      this.#log.warn(
-        { topic, partition: batch.partition, records: tooDeep },
-        "payload nesting exceeds the maximum parse depth of 64: dropped",
-      );
-    }
     if (batch.highWatermark !== undefined && last >= 0) {
       this.#lag.set(slot, Math.max(0, Number(batch.highWatermark) - last - 1));
     }
     if (!this.#cfg.offsetsHeld) this.#scheduleCommit();
+  }
+
+  /** Records nested past 64 levels are never parsed: dead-lettered as they arrived, or dropped and counted. */
+  #tooDeep(batch: InboundBatch, slot: number, indexes: readonly number[]): void {
+    const reason = "payload nesting exceeds the maximum parse depth of 64";
+    const destination = batch.topic ?? this.#cfg.routing.default_segment;
+    if (this.#dlq === undefined) {
+      this.#m.messagesDropped.inc({ reason: "too_deep" }, indexes.length);
+      this.#log.warn({ topic: batch.topic, partition: batch.partition, records: indexes.length }, `${reason}: dropped`);
+      return;
+    }
+    const hold = this.#tracker.open();
+    const letters: DeadLetter[] = [];
+    for (const i of indexes) {
+      const r = batch.records[i];
+      if (r === undefined) continue;
+      hold.add(slot, Number(r.offset));
+      letters.push({
+        payload: r.value ?? EMPTY,
+        reason,
+        destination,
+        topic: batch.topic,
+        partition: batch.partition,
+        offset: r.offset,
+      });
+    }
+    this.#deadLetter(hold, letters);
+  }
+
+  /**
+   * Sends what fits to the DLQ and releases the hold Rejected once the DLQ confirms; an entry no backend can hold
+   * is dropped and counted; a failed DLQ write is Errored, so the restart reads the records again.
+   */
+  #deadLetter(hold: Hold, letters: readonly DeadLetter[]): void {
+    const dlq = this.#dlq;
+    if (dlq === undefined) throw new Error("dead letter without a DLQ");
+    const fit = letters.filter((l) => dlq.fits(l.payload.length));
+    const tooLarge = letters.length - fit.length;
+    if (tooLarge > 0) {
+      this.#m.messagesDropped.inc({ reason: "dlq_too_large" }, tooLarge);
+      this.#log.error(
+        { records: tooLarge, ceiling: dlq.ceiling },
+        "dead letters larger than any DLQ backend holds: dropped",
+      );
+    }
+    if (fit.length === 0) {
+      this.#tracker.release(hold, "dropped");
+      this.#scheduleCommit();
+      return;
+    }
+    const sent = dlq.send(fit).then(
+      () => {
+        this.#tracker.release(hold, "rejected");
+        this.#m.messagesDlq.inc(fit.length);
+        this.#scheduleCommit();
+      },
+      (err: unknown) => {
+        this.#tracker.release(hold, "errored");
+        this.#log.error({ err, entries: fit.length }, "DLQ write failed: offsets withheld");
+        this.#withhold("DLQ write failed");
+      },
+    );
+    this.#inflight.add(sent);
+    void sent.finally(() => this.#inflight.delete(sent));
   }
 
   onAssigned(partitions: readonly PartitionRef[]): void {
@@ -267,10 +329,37 @@ export class Pipeline implements TransportSink {
 
   /** The codec or the store refused the batch for good. No DLQ takes it yet: released Dropped and counted. */
   #refused(b: FlushBatch, err: unknown): void {
-    this.#tracker.release(b.hold, "dropped");
-    this.#m.messagesDropped.inc({ reason: "refused" }, b.records);
-    this.#log.error({ err, destination: b.destination, records: b.records }, "batch refused for good: records dropped");
-    this.#scheduleCommit();
+    if (this.#dlq === undefined) {
+      this.#tracker.release(b.hold, "dropped");
+      this.#m.messagesDropped.inc({ reason: "refused" }, b.records);
+      this.#log.error(
+        { err, destination: b.destination, records: b.records },
+        "batch refused for good: records dropped",
+      );
+      this.#scheduleCommit();
+      return;
+    }
+    this.#log.warn({ err, destination: b.destination, records: b.records }, "batch refused for good: dead-lettering");
+    const reason = err instanceof Error ? err.message : String(err);
+    const letters: DeadLetter[] = [];
+    let i = 0;
+    let start = 0;
+    for (let r = 0; r < b.runs.length; r += 3) {
+      const ref = this.#tracker.ref(b.runs[r] ?? 0);
+      for (let k = 0; k < (b.runs[r + 1] ?? 0); k++, i++) {
+        const end = b.ends[i] ?? start;
+        letters.push({
+          payload: b.data.subarray(start, end - 1),
+          reason,
+          destination: b.destination,
+          topic: ref.topic,
+          partition: ref.partition,
+          offset: String(b.offsets[i]),
+        });
+        start = end;
+      }
+    }
+    this.#deadLetter(b.hold, letters);
   }
 
   /** A write that failed: its offsets stay unreleased (Errored) and the process drains and exits to read again. */
@@ -296,17 +385,9 @@ export class Pipeline implements TransportSink {
       return;
     }
     if (f.error !== undefined && !isRetryable(f.error) && code !== "staged_unreadable") {
-      // The store refused the object for good. No DLQ takes the records yet: released Dropped and counted.
-      for (const h of f.tickets) this.#tracker.release(h, "dropped");
-      this.#m.messagesDropped.inc({ reason: "refused" }, f.records);
-      this.#log.error(
-        { err: f.error, path: f.relPath, records: f.records },
-        "store refused the file for good: records dropped",
-      );
-      this.#staging
-        ?.discard(f.relPath)
-        .catch((err: unknown) => this.#log.warn({ err }, "refused staged copy not removed"));
-      this.#scheduleCommit();
+      const read = this.#readBackRefused(f, f.error);
+      this.#inflight.add(read);
+      void read.finally(() => this.#inflight.delete(read));
       return;
     }
     for (const h of f.tickets) this.#tracker.release(h, "errored");
@@ -315,6 +396,59 @@ export class Pipeline implements TransportSink {
       "archive file could not complete: offsets withheld",
     );
     this.#withhold("archive file could not complete");
+  }
+
+  /**
+   * The store refused a whole file for good. Its staged copy is read back a block at a time (each block one flush)
+   * and its records dead-lettered one entry per line, or, when the file holds more lines than records (a payload
+   * with a newline of its own), each block whole as one entry, so no record is split across entries.
+   */
+  async #readBackRefused(f: CompletedFile<Hold>, err: unknown): Promise<void> {
+    const [hold, ...rest] = f.tickets;
+    if (hold === undefined) return;
+    for (const h of rest) this.#tracker.merge(hold, h);
+    const staged = this.#staging?.readBack(f.relPath);
+    if (this.#dlq === undefined || staged === undefined) {
+      this.#tracker.release(hold, "dropped");
+      this.#m.messagesDropped.inc({ reason: "refused" }, f.records);
+      this.#log.error({ err, path: f.relPath, records: f.records }, "store refused the file for good: records dropped");
+    } else {
+      const reason = err instanceof Error ? err.message : String(err);
+      const destination = f.destination;
+      const letters: DeadLetter[] = [];
+      try {
+        let lines = 0;
+        for await (const block of readBlocks(this.#codec, staged.stagedPath, staged.blockLengths)) {
+          for (let at = block.indexOf(0x0a); at >= 0; at = block.indexOf(0x0a, at + 1)) lines++;
+        }
+        const whole = lines > f.records;
+        for await (const block of readBlocks(this.#codec, staged.stagedPath, staged.blockLengths)) {
+          const base = { reason, destination, topic: undefined, partition: undefined, offset: undefined };
+          if (whole) {
+            let n = 0;
+            for (let at = block.indexOf(0x0a); at >= 0; at = block.indexOf(0x0a, at + 1)) n++;
+            letters.push({ ...base, payload: block, records: n });
+            continue;
+          }
+          let start = 0;
+          for (let at = block.indexOf(0x0a); at >= 0; at = block.indexOf(0x0a, at + 1)) {
+            letters.push({ ...base, payload: block.subarray(start, at) });
+            start = at + 1;
+          }
+        }
+      } catch (readErr) {
+        this.#tracker.release(hold, "errored");
+        this.#log.error({ err: readErr, path: f.relPath }, "refused file could not be read back: offsets withheld");
+        this.#withhold("refused file could not be read back");
+        return;
+      }
+      this.#log.warn({ err, path: f.relPath, records: f.records }, "store refused the file for good: dead-lettering");
+      this.#deadLetter(hold, letters);
+    }
+    await this.#staging
+      ?.discard(f.relPath)
+      .catch((e: unknown) => this.#log.warn({ err: e }, "refused copy not removed"));
+    this.#scheduleCommit();
   }
 
   #withhold(reason: string): void {
@@ -417,6 +551,7 @@ export class Pipeline implements TransportSink {
     await this.#commit();
     this.#gauges();
     await this.#transport.close();
+    await this.#dlq?.close();
     const reason = this.#exitReason ?? (this.#tracker.withheld ? "offsets withheld" : undefined);
     const exit: PipelineExit = reason ? { code: 1, reason } : { code: 0 };
     this.#log.info({ ...exit }, "drained");

@@ -19,6 +19,10 @@ export interface FlushBatch {
   readonly trigger: FlushTrigger;
   /** Byte offset one past each record's newline, so a refused batch can be split back into records. */
   readonly ends: Uint32Array;
+  /** Each record's offset in its partition. */
+  readonly offsets: Float64Array;
+  /** Runs of consecutive records from one partition slot: [slot, records, endByte] triples. */
+  readonly runs: readonly number[];
 }
 
 export interface HotBufferOptions {
@@ -41,6 +45,7 @@ class HotBuffer {
   length = 0;
   records = 0;
   ends: Uint32Array | undefined;
+  offsets: Float64Array | undefined;
   /** Runs of consecutive records from one partition slot: [slot, records, endByte] triples. */
   runs: number[] = [];
   hold: Hold | undefined;
@@ -93,8 +98,12 @@ export class HotBufferPool {
     b.data.set(value, b.length);
     b.data[b.length + value.length] = NEWLINE;
     b.length = need;
-    if (b.ends === undefined || b.records >= b.ends.length) b.ends = growEnds(b.ends, b.records);
+    if (b.ends === undefined || b.offsets === undefined || b.records >= b.ends.length) {
+      b.ends = grown(Uint32Array, b.ends, b.records);
+      b.offsets = grown(Float64Array, b.offsets, b.records);
+    }
     b.ends[b.records] = need;
+    b.offsets[b.records] = offset;
     b.records++;
     this.#bytes += value.length + 1;
     const r = b.runs;
@@ -109,6 +118,7 @@ export class HotBufferPool {
   #flush(b: HotBuffer, trigger: FlushTrigger): void {
     this.#buffers.delete(b.destination);
     if (b.records === 0 || b.data === undefined || b.hold === undefined || b.ends === undefined) return;
+    if (b.offsets === undefined) return;
     this.#bytes -= b.length;
     // A buffer evicted early may use a small part of its allocation: hand over an exact copy, not the whole block.
     const data =
@@ -120,6 +130,8 @@ export class HotBufferPool {
       hold: b.hold,
       trigger,
       ends: b.ends.subarray(0, b.records),
+      offsets: b.offsets.subarray(0, b.records),
+      runs: b.runs,
     });
   }
 
@@ -159,8 +171,9 @@ export class HotBufferPool {
   #discard(b: HotBuffer, slots: ReadonlySet<number>): number {
     const data = b.data;
     const ends = b.ends;
+    const offsets = b.offsets;
     const hold = b.hold;
-    if (data === undefined || ends === undefined || hold === undefined) return 0;
+    if (data === undefined || ends === undefined || offsets === undefined || hold === undefined) return 0;
     let write = 0;
     let read = 0;
     let rec = 0;
@@ -172,7 +185,10 @@ export class HotBufferPool {
       const end = b.runs[i + 2] ?? 0;
       if (!slots.has(slot)) {
         data.copy(data, write, read, end);
-        for (let k = 0; k < count; k++) ends[kept + k] = (ends[rec + k] ?? 0) - read + write;
+        for (let k = 0; k < count; k++) {
+          ends[kept + k] = (ends[rec + k] ?? 0) - read + write;
+          offsets[kept + k] = offsets[rec + k] ?? 0;
+        }
         write += end - read;
         kept += count;
         runs.push(slot, count, write);
@@ -206,8 +222,12 @@ function grow(old: Buffer | undefined, used: number, need: number, flushBytes: n
   return next;
 }
 
-function growEnds(old: Uint32Array | undefined, used: number): Uint32Array {
-  const next = new Uint32Array(Math.max(1024, used * 2));
+function grown<A extends Uint32Array | Float64Array>(
+  Kind: { new (length: number): A },
+  old: A | undefined,
+  used: number,
+): A {
+  const next = new Kind(Math.max(256, used * 2));
   if (old !== undefined) next.set(old.subarray(0, used));
   return next;
 }

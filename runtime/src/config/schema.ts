@@ -537,6 +537,11 @@ const dlqSchema = z
       .optional()
       .describe("Brokers of the DLQ topic, as host:port.")
       .meta({ derivedDefault: "`kafka.brokers`" }),
+    message_max_bytes: count()
+      .default(1000000)
+      .describe(
+        "Largest DLQ entry the producer sends (Kafka's message.max.bytes); a record whose entry, payload in base64, is larger is dropped and counted dlq_too_large.",
+      ),
   })
   .prefault({})
   .describe("Dead-letter queue, a Kafka topic, for records refused for good.");

@@ -40,6 +40,7 @@ export interface Metrics {
   readonly stagedBytes: Gauge;
   readonly writersOpen: Gauge;
   readonly scalingPressure: Gauge;
+  readonly selfRegulationPaused: Gauge;
   readonly configValid: Gauge;
   readonly batchSizeBytes: Histogram;
   readonly flushDuration: Histogram;
@@ -111,6 +112,7 @@ export function createMetrics(opts: { namespace?: string | undefined; defaultMet
     stagedBytes: gauge("staged_bytes", "Bytes of archive files staged locally and not yet uploaded"),
     writersOpen: gauge("writers_open", "Open archive writers"),
     scalingPressure: gauge("scaling_pressure", "Scaling pressure composite, 0-100"),
+    selfRegulationPaused: gauge("self_regulation_paused", "1 while the self-regulation latch has intake paused"),
     configValid: gauge("config_valid", "1 while the last config read was valid, 0 while a refused change is pending"),
     batchSizeBytes: new Histogram({
       name: n("batch_size_bytes"),

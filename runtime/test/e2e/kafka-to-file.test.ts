@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { kafkaTopic, need, uniqueName } from "../../../e2e/support/testbed.ts";
+import { kafka, kafkaTopic, need, uniqueName } from "../../../e2e/support/testbed.ts";
 import {
   archiveFiles,
   groupOffsets,
@@ -37,6 +37,7 @@ function baseConfig(dir: string, topic: string, groupId: string, over: Record<st
     buffer: { spool_dir: join(dir, "spool"), flush_age_secs: 1 },
     compression: { codec: "zstd" },
     routing: { mode: "expression", expression_fields: ["_org_id", "event_type"] },
+    dlq: { enabled: false },
     logger: { level: "warn" },
     ...over,
   };
@@ -215,6 +216,14 @@ test("structural faults refuse to boot with the key and the fix, and exit 2", as
       /archive\.multipart_chunk_size.*5242880|5 MiB/s,
     ],
     [{ transport: "grpc", archive: { destination: "file:///tmp/x" } }, /grpc\.listen/],
+    [
+      {
+        kafka: { brokers: need("TESTBED_KAFKA_BROKERS").split(","), topics: ["x"] },
+        archive: { destination: `file://${dir}/archive` },
+        dlq: { topic: "no-such-dlq-topic" },
+      },
+      /dlq\.topic.*no-such-dlq-topic.*does not exist/s,
+    ],
   ];
   for (const [config, pattern] of cases) {
     const a = await startArchiver(t, config, { dir, waitReady: false });
@@ -258,4 +267,60 @@ test("kafka.client platformatic archives every record once and commits to the en
   assert.equal(new Set(lines.map((l) => (JSON.parse(l) as { id: number }).id)).size, N);
   const { committed, end } = await groupOffsets(groupId, topic);
   assert.deepEqual(committed, end);
+});
+
+test("records refused for good go to the DLQ, one entry each, and their offsets are released once it confirms", async (t) => {
+  const dir = tempDir(t);
+  const topic = await kafkaTopic(t);
+  const dlqTopic = await kafkaTopic(t, { prefix: "dlq" });
+  const groupId = uniqueName("g");
+  const deep = "[".repeat(65) + "]".repeat(65);
+  const hugeDeep = "[".repeat(65) + `"${"z".repeat(900_000)}"` + "]".repeat(65);
+  const longSegment = JSON.stringify({ id: 2, _org_id: "a".repeat(300), event_type: "x" });
+  const values = [deep, hugeDeep, longSegment, JSON.stringify({ id: 3, _org_id: "ok", event_type: "x" })];
+  await produce(topic, values.length, (i) => ({ value: values[i] ?? "" }));
+  const a = await startArchiver(
+    t,
+    baseConfig(dir, topic, groupId, {
+      archive: { destination: `file://${join(dir, "archive")}`, roll_interval_secs: 2 },
+      dlq: { enabled: true, topic: dlqTopic, message_max_bytes: 1_000_000 },
+    }),
+  );
+  await waitFor(
+    async () => JSON.stringify((await groupOffsets(groupId, topic)).committed) === JSON.stringify({ 0: 4 }),
+    30_000,
+    () => `offsets not released; output:\n${a.output().slice(-3000)}`,
+  );
+  assert.equal(await a.metric("messages_dlq_total"), 2);
+  assert.equal(await a.metric("messages_dropped_total", { reason: "dlq_too_large" }), 1);
+  assert.equal(await a.metric("messages_dropped_total", { reason: "too_deep" }), 0);
+  assert.equal(await a.stop(), 0);
+
+  const consumer = kafka().consumer({ groupId: uniqueName("read-dlq") });
+  await consumer.connect();
+  await consumer.subscribe({ topics: [dlqTopic], fromBeginning: true });
+  const entries: { payload: string; reason: string; destination: string; topic: string; offset: string }[] = [];
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`only ${entries.length} DLQ entries`)), 30_000);
+    consumer
+      .run({
+        eachMessage: async ({ message }) => {
+          entries.push(JSON.parse(message.value?.toString() ?? "{}") as (typeof entries)[number]);
+          if (entries.length === 2) {
+            clearTimeout(timer);
+            resolve();
+          }
+        },
+      })
+      .catch(reject);
+  });
+  await consumer.disconnect();
+  const byOffset = new Map(entries.map((e) => [e.offset, e]));
+  assert.equal(Buffer.from(byOffset.get("0")?.payload ?? "", "base64").toString(), deep);
+  assert.match(byOffset.get("0")?.reason ?? "", /nesting exceeds the maximum parse depth of 64/);
+  assert.equal(byOffset.get("0")?.topic, topic);
+  assert.equal(Buffer.from(byOffset.get("2")?.payload ?? "", "base64").toString(), longSegment);
+  assert.match(byOffset.get("2")?.destination ?? "", /aaaa\/x$/);
+  const { lines } = readArchive(join(dir, "archive"));
+  assert.deepEqual(lines, [values[3]]);
 });

@@ -132,6 +132,7 @@ for (const backend of backends) {
       archive: { ...store.archive, roll_interval_secs: 3, multipart_chunk_size: 5 * 1024 * 1024 },
       buffer: { spool_dir: join(dir, "spool"), flush_age_secs: 1 },
       routing: { mode: "expression", expression_fields: ["_org_id"] },
+      dlq: { enabled: false },
       logger: { level: "warn" },
     });
     await waitFor(

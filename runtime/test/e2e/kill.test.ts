@@ -18,6 +18,7 @@ test("SIGKILL at random moments, at least 5 times, while 500k records are produc
     archive: { destination: `file://${join(dir, "archive")}`, roll_interval_secs: 2 },
     buffer: { spool_dir: join(dir, "spool"), flush_age_secs: 1 },
     routing: { mode: "expression", expression_fields: ["_org_id"] },
+    dlq: { enabled: false },
     logger: { level: "warn" },
   };
   const producing = produce(
