@@ -90,9 +90,10 @@ async function run(argv: string[]): Promise<number> {
   };
   metrics.pipelineIdle.set(idle ? 1 : 0);
   metrics.configValid.set(1);
+  let pipeline: Pipeline | undefined;
   const server = await startObserveServer(cfg.metrics.addr, metrics.registry, {
     components: () => components,
-    pressure: () => 0,
+    pressure: () => pipeline?.pressure() ?? 0,
   });
   log.info({ addr: server.address }, "serving /metrics /livez /readyz /health /scaling/pressure");
 
@@ -107,7 +108,6 @@ async function run(argv: string[]): Promise<number> {
     return 0;
   }
 
-  let pipeline: Pipeline;
   try {
     const memory = resolveMemoryLimit(cfg.memory.limit_bytes, cfg.memory.cgroup_headroom);
     const store = await openStore(cfg, process.env, metrics, log);

@@ -17,6 +17,9 @@ import { OffsetTracker, type PartitionRef } from "./delivery/tracker.ts";
 import type { Metrics } from "./observe/metrics.ts";
 import type { InboundBatch, Transport, TransportSink } from "./transport/types.ts";
 import type { MemoryLimit } from "./regulate/memory.ts";
+import { createLatch, latchSources, type Latch } from "./regulate/latch.ts";
+import { createPressure, type Pressure } from "./regulate/pressure.ts";
+import { readRss } from "./regulate/sampler.ts";
 import { ArchiverError, ConfigError, isRetryable } from "./errors.ts";
 
 const TICK_MS = 1000;
@@ -51,6 +54,11 @@ export class Pipeline implements TransportSink {
   readonly #writers: WriterPool<Hold>;
   readonly #staging: StagingStore | undefined;
   readonly #dlq: KafkaDlq | undefined;
+  readonly #latch: Latch;
+  readonly #pressure: Pressure;
+  /** Assigned partitions, so the latch pauses and resumes all of them. */
+  readonly #assigned = new Map<string, PartitionRef>();
+  #received = 0;
   /** Per destination, the promise of its last append: frames of one destination reach the writer in flush order. */
   readonly #chains = new Map<string, Promise<void>>();
   readonly #inflight = new Set<Promise<void>>();
@@ -120,6 +128,36 @@ export class Pipeline implements TransportSink {
       { memoryLimitBytes: memory.bytes, memorySource: memory.source, hotBufferCapBytes: capBytes },
       "memory guard",
     );
+    const staging = this.#staging;
+    this.#latch = createLatch({
+      pauseAbove: cfg.self_regulation.pause_above,
+      resumeBelow: cfg.self_regulation.resume_below,
+      enabled: cfg.self_regulation.enabled,
+      gauge: this.#m.selfRegulationPaused,
+      sources: latchSources({
+        memoryLimitBytes: memory.bytes,
+        pressureThreshold: cfg.memory.pressure_threshold,
+        pauseAbove: cfg.self_regulation.pause_above,
+        heldRecords: () => this.#tracker.heldRecords(),
+        stagedPressure: staging ? () => staging.pressure() : undefined,
+      }),
+      onPause: (source, ratio) => {
+        this.#transport.pause([...this.#assigned.values()]);
+        this.#log.warn({ source, ratio }, "self-regulation: intake paused");
+      },
+      onResume: () => {
+        this.#transport.resume([...this.#assigned.values()]);
+        this.#log.info("self-regulation: intake resumed");
+      },
+    });
+    this.#pressure = createPressure({
+      enabled: cfg.scaling.enabled,
+      memoryGateThreshold: cfg.scaling.memory_gate_threshold,
+      memoryLimitBytes: memory.bytes,
+      hotBufferCapBytes: capBytes,
+      kafkaLag: cfg.transport === "kafka",
+      gauge: this.#m.scalingPressure,
+    });
     const guarantee = cfg.offsetsHeld
       ? { guarantee: "at_least_once", reason: "offsets_held_until_durable" }
       : {
@@ -137,6 +175,11 @@ export class Pipeline implements TransportSink {
     await this.#transport.start(this);
   }
 
+  /** The scaling-pressure composite, 0-100, as /scaling/pressure serves it. */
+  pressure(): number {
+    return this.#pressure.value();
+  }
+
   get done(): Promise<PipelineExit> {
     return this.#done;
   }
@@ -152,6 +195,7 @@ export class Pipeline implements TransportSink {
       const chunk = this.#cfg.kafka.batch_size;
       for (let from = 0; from < batch.records.length && !this.#draining; from += chunk) {
         this.#route(batch, from, Math.min(batch.records.length, from + chunk));
+        this.#latch.check();
         while (this.#saturated() && !this.#draining) await new Promise<void>((r) => this.#waiters.push(r));
       }
     } finally {
@@ -190,6 +234,7 @@ export class Pipeline implements TransportSink {
     const last = lastRecord === undefined ? -1 : Number(lastRecord.offset);
     if (last >= 0) this.#tracker.received(slot, last);
     this.#m.messagesReceived.inc(to - from);
+    this.#received += to - from;
     if (batch.highWatermark !== undefined && last >= 0) {
       this.#lag.set(slot, Math.max(0, Number(batch.highWatermark) - last - 1));
     }
@@ -262,9 +307,13 @@ export class Pipeline implements TransportSink {
 
   onAssigned(partitions: readonly PartitionRef[]): void {
     this.#tracker.assigned(partitions);
+    for (const p of partitions) this.#assigned.set(`${p.topic}\u0000${p.partition}`, p);
+    // A partition assigned while the latch holds intake paused stays paused.
+    if (this.#latch.paused) this.#transport.pause(partitions);
   }
 
   onRevoked(partitions: readonly PartitionRef[]): void {
+    for (const p of partitions) this.#assigned.delete(`${p.topic}\u0000${p.partition}`);
     const slots = this.#tracker.revoked(partitions);
     for (const s of slots) this.#lag.delete(s);
     const discarded = this.#buffers.discardSlots(new Set(slots));
@@ -513,6 +562,14 @@ export class Pipeline implements TransportSink {
     let lag = 0;
     for (const v of this.#lag.values()) lag += v;
     this.#m.kafkaLag.set(lag);
+    this.#latch.check();
+    this.#pressure.update({
+      lagRecords: lag,
+      receivedRecords: this.#received,
+      bufferBytes: s.bytes + this.#inflightBytes,
+      rssBytes: readRss(),
+      nowMs: Date.now(),
+    });
     const stats = this.#router.drainStats();
     for (const [field, n] of stats.fallbacks) this.#m.routingFallback.inc({ field }, n);
     if (stats.errors > 0) this.#m.routingErrors.inc(stats.errors);
