@@ -1,7 +1,10 @@
 // The testbed as tests see it: endpoints from e2e/testbed/testbed.env (or the environment, which wins), and a
 // resource of its own per test (topic, bucket, container, namespace) that is removed when the test ends.
 import { randomBytes } from "node:crypto";
-import { readFileSync, existsSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { readFileSync, existsSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { TestContext } from "node:test";
@@ -187,4 +190,54 @@ export async function kubeNamespace(t: TestContext): Promise<string> {
   await core.createNamespace({ body: { metadata: { name, labels: { "dfe-archiver.test": "true" } } } });
   t.after(() => core.deleteNamespace({ name }).then(() => undefined));
   return name;
+}
+
+/** A MinIO of the test's own (same binary and credentials as the testbed's), for tests that take the store down. */
+export async function privateMinio(
+  t: TestContext,
+): Promise<{ endpoint: string; stop(): Promise<void>; start(): Promise<void> }> {
+  const port = await new Promise<number>((res) => {
+    const s = createServer().listen(0, "127.0.0.1", () => {
+      const a = s.address();
+      s.close(() => res(typeof a === "object" && a ? a.port : 0));
+    });
+  });
+  const endpoint = `http://127.0.0.1:${port}`;
+  const data = mkdtempSync(join(tmpdir(), "minio-"));
+  let proc: ReturnType<typeof spawn> | undefined;
+  const stop = async () => {
+    const p = proc;
+    proc = undefined;
+    if (p === undefined || p.exitCode !== null) return;
+    const exited = new Promise((r) => p.once("exit", r));
+    p.kill("SIGKILL");
+    await exited;
+  };
+  const start = async () => {
+    proc = spawn(need("TESTBED_MINIO_BIN"), ["server", data, "--address", `127.0.0.1:${port}`, "--quiet"], {
+      env: {
+        ...process.env,
+        MINIO_ROOT_USER: need("TESTBED_MINIO_ACCESS_KEY"),
+        MINIO_ROOT_PASSWORD: need("TESTBED_MINIO_SECRET_KEY"),
+        MINIO_BROWSER: "off",
+        MINIO_UPDATE: "off",
+      },
+      stdio: "ignore",
+    });
+    for (let i = 0; i < 100; i++) {
+      const ok = await fetch(`${endpoint}/minio/health/ready`).then(
+        (r) => r.ok,
+        () => false,
+      );
+      if (ok) return;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    throw new Error(`private MinIO on ${endpoint} did not become ready`);
+  };
+  t.after(async () => {
+    await stop();
+    rmSync(data, { recursive: true, force: true });
+  });
+  await start();
+  return { endpoint, stop, start };
 }

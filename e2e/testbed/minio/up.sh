@@ -24,6 +24,8 @@ write_env() {
   tb_env minio TESTBED_MINIO_SECRET_KEY "$SECRET_KEY"
   tb_env minio TESTBED_MINIO_REGION "$REGION"
   tb_env minio TESTBED_MINIO_LOG "$LOG"
+  # Tests that take a store down start a MinIO of their own from this binary, so others keep theirs.
+  tb_env minio TESTBED_MINIO_BIN "$BIN"
 }
 
 if tb_running minio; then

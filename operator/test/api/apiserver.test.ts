@@ -2,93 +2,28 @@
 // rules compile within budget), its rules refuse what the runtime refuses, every rendered object applies, the
 // ScaledObject fits KEDA's own CRD, and the Role lets a pod touch only its own pipeline's status.
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
 import { before, describe, it } from "node:test";
 import {
-  ApiException,
+  type ApiException,
   ApiextensionsV1Api,
   CoreV1Api,
   CustomObjectsApi,
   KubernetesObjectApi,
   PatchStrategy,
-  loadYaml,
   setHeaderOptions,
   type KubernetesObject,
-  type V1CustomResourceDefinition,
 } from "@kubernetes/client-node";
-import { parse } from "yaml";
-import { crdObject } from "../../src/api/crd.ts";
-import { CRD_NAME, FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION } from "../../src/api/group.ts";
+import { CRD_NAME, FIELD_MANAGER, GROUP, PLURAL, VERSION } from "../../src/api/group.ts";
 import { validateSpec, type ArchivePipeline, type ArchivePipelineSpec } from "../../src/api/spec.ts";
 import { renderAll, type KubeObject } from "../../src/render/index.ts";
-import { kubeConfig, kubeConfigForToken, kubeNamespace, need } from "../../../e2e/support/testbed.ts";
+import { kubeConfig, kubeConfigForToken, kubeNamespace } from "../../../e2e/support/testbed.ts";
+import { createPipeline, installCrds, status } from "../support/kube.ts";
 
 const kc = kubeConfig();
 const ext = kc.makeApiClient(ApiextensionsV1Api);
 const custom = kc.makeApiClient(CustomObjectsApi);
 const objects = KubernetesObjectApi.makeApiClient(kc);
-const INSTALLED_HASH = "dfe-archiver.test/crd-sha256";
-
-const status = (code: number) => (e: unknown) => e instanceof ApiException && e.code === code;
-
-async function waitEstablished(name: string): Promise<void> {
-  for (let i = 0; i < 100; i++) {
-    const crd = await ext.readCustomResourceDefinition({ name });
-    if (crd.status?.conditions?.some((c) => c.type === "Established" && c.status === "True")) return;
-    await sleep(100);
-  }
-  throw new Error(`CRD ${name} not Established after 10 s`);
-}
-
-/**
- * Installs a CRD unless the cluster has it; `refresh` also replaces a copy some other revision installed. Never
- * deleted: the CRD is cluster-scoped and other tests may be using it.
- */
-async function ensureCrd(raw: object, refresh: boolean): Promise<string> {
-  const hash = createHash("sha256").update(JSON.stringify(raw)).digest("hex");
-  const body = loadYaml<V1CustomResourceDefinition>(JSON.stringify(raw));
-  body.metadata!.annotations = { ...body.metadata!.annotations, [INSTALLED_HASH]: hash };
-  const name = body.metadata!.name!;
-  for (let attempt = 0; ; attempt++) {
-    try {
-      const current = await ext.readCustomResourceDefinition({ name });
-      if (refresh && current.metadata?.annotations?.[INSTALLED_HASH] !== hash) {
-        body.metadata!.resourceVersion = current.metadata!.resourceVersion;
-        await ext.replaceCustomResourceDefinition({ name, body });
-      }
-      break;
-    } catch (e) {
-      if (status(404)(e)) {
-        try {
-          await ext.createCustomResourceDefinition({ body });
-          break;
-        } catch (e2) {
-          if (!status(409)(e2) || attempt > 3) throw e2;
-        }
-      } else if (!status(409)(e) || attempt > 3) throw e;
-    }
-  }
-  await waitEstablished(name);
-  return name;
-}
-
 const ref = { group: GROUP, version: VERSION, plural: PLURAL };
-
-// A CRD just established can take a moment to be served; retry the first write on 404.
-async function createPipeline(namespace: string, name: string, spec: ArchivePipelineSpec): Promise<ArchivePipeline> {
-  const body = { apiVersion: `${GROUP}/${VERSION}`, kind: KIND, metadata: { name }, spec };
-  for (let i = 0; ; i++) {
-    try {
-      return (await custom.createNamespacedCustomObject({ ...ref, namespace, body })) as ArchivePipeline;
-    } catch (e) {
-      if (!status(404)(e) || i >= 50) throw e;
-      await sleep(100);
-    }
-  }
-}
 
 const secretRef = (name: string, key: string) => ({ secretKeyRef: { name, key } });
 
@@ -118,9 +53,7 @@ const SAMPLE: ArchivePipelineSpec = {
 
 describe("ArchivePipeline on the testbed's kube-apiserver", () => {
   before(async () => {
-    await ensureCrd(crdObject(), true);
-    const keda = parse(readFileSync(join(need("TESTBED_KEDA_CRDS"), "keda.sh_scaledobjects.yaml"), "utf8")) as object;
-    await ensureCrd(keda, false);
+    await installCrds();
   });
 
   it("installs the CRD and stores a sample pipeline, with transport's default", async (t) => {
