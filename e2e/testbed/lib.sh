@@ -1,4 +1,5 @@
 # Shared helpers for the testbed service scripts (sourced, not run).
+# Ports are below the kernel's ephemeral range (32768-60999): an outgoing connection could take a port above it.
 # Layout: builds under $TB_CACHE/<svc>/<version>/, runtime state (pid, data, env fragment) under $TB_RUN/<svc>/,
 # logs at $TB_LOGS/<svc>.log. Every server listens on 127.0.0.1 only.
 set -euo pipefail
@@ -69,6 +70,8 @@ tb_stop() {
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 1 80); do tb_alive "$pid" || break; sleep 0.25; done
     kill -KILL -- "-$pid" 2>/dev/null || true
+    # A launcher's children (npm's node shim starts the real binary) may outlive it for a moment, holding the port.
+    for _ in $(seq 1 40); do pgrep -g "$pid" >/dev/null 2>&1 || break; sleep 0.25; done
   fi
   rm -f "$pidfile"
 }

@@ -3,7 +3,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 repo=$(cd "$TB_DIR/../.." && pwd)
-port=39100
+port=29100
 account=devstoreaccount1
 # Azurite's fixed, public development-account key (documented by Microsoft; not a secret).
 key='Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=='

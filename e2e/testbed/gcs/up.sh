@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts the testbed's fake-gcs-server (GCS JSON/XML API emulator) on http://127.0.0.1:39443, built with `go install`
+# Starts the testbed's fake-gcs-server (GCS JSON/XML API emulator) on http://127.0.0.1:29443, built with `go install`
 # from the Go module proxy into $TB_CACHE/gcs/<version>/bin, objects kept on disk in $TB_RUN/gcs/data.
 # -external-url makes resumable-upload Location headers point back at this address.
 # Idempotent: when it is already running, only its env fragment is rewritten.
@@ -12,7 +12,7 @@ RUN=$TB_RUN/gcs
 DATA=$RUN/data
 LOG=$TB_LOGS/gcs.log
 HOST=127.0.0.1
-PORT=39443
+PORT=29443
 PROJECT=testbed
 
 write_env() {

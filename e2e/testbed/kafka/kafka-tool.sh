@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs one of Kafka's own CLI classes against the testbed's jars (resolved by up.sh), e.g.
-#   e2e/testbed/kafka/kafka-tool.sh org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:39092 --list
+#   e2e/testbed/kafka/kafka-tool.sh org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:29092 --list
 #   e2e/testbed/kafka/kafka-tool.sh org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --bootstrap-server ... --describe --all-groups
 # For the SASL listener pass --command-config FILE with security.protocol=SASL_PLAINTEXT, sasl.mechanism and sasl.jaas.config.
 set -euo pipefail

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Starts the testbed's Apache Kafka: one KRaft node (broker + controller) on 127.0.0.1, run from jars resolved from
 # Maven Central (pom.xml beside this file) into $TB_CACHE/kafka/<version>/libs.
-#   PLAINTEXT       127.0.0.1:39092
-#   SASL_PLAINTEXT  127.0.0.1:39093  (SCRAM-SHA-256 and SCRAM-SHA-512; user "testbed", password generated once)
-#   CONTROLLER      127.0.0.1:39094
+#   PLAINTEXT       127.0.0.1:29092
+#   SASL_PLAINTEXT  127.0.0.1:29093  (SCRAM-SHA-256 and SCRAM-SHA-512; user "testbed", password generated once)
+#   CONTROLLER      127.0.0.1:29094
 # Idempotent: when it is already running, only its env fragment is rewritten.
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
@@ -16,14 +16,14 @@ CONF=$RUN/server.properties
 PASSFILE=$RUN/sasl-password
 LOG=$TB_LOGS/kafka.log
 SASL_USER=testbed
-PORTS=(39092 39093 39094)
+PORTS=(29092 29093 29094)
 JAVA=${TESTBED_JAVA:-java}
 MAX_BYTES=33554432                       # 32 MiB: room for the 20 MB record test
 
 write_env() {
   tb_env_reset kafka
-  tb_env kafka TESTBED_KAFKA_BROKERS 127.0.0.1:39092
-  tb_env kafka TESTBED_KAFKA_SASL_BROKERS 127.0.0.1:39093
+  tb_env kafka TESTBED_KAFKA_BROKERS 127.0.0.1:29092
+  tb_env kafka TESTBED_KAFKA_SASL_BROKERS 127.0.0.1:29093
   tb_env kafka TESTBED_KAFKA_SASL_MECHANISM scram-sha-256
   tb_env kafka TESTBED_KAFKA_SASL_USER "$SASL_USER"
   tb_env kafka TESTBED_KAFKA_SASL_PASSWORD "$(cat "$PASSFILE")"
@@ -73,9 +73,9 @@ mkdir -p "$RUN"
 cat >"$CONF" <<PROPS
 process.roles=broker,controller
 node.id=1
-controller.quorum.voters=1@127.0.0.1:39094
-listeners=PLAINTEXT://127.0.0.1:39092,SASL_PLAINTEXT://127.0.0.1:39093,CONTROLLER://127.0.0.1:39094
-advertised.listeners=PLAINTEXT://127.0.0.1:39092,SASL_PLAINTEXT://127.0.0.1:39093
+controller.quorum.voters=1@127.0.0.1:29094
+listeners=PLAINTEXT://127.0.0.1:29092,SASL_PLAINTEXT://127.0.0.1:29093,CONTROLLER://127.0.0.1:29094
+advertised.listeners=PLAINTEXT://127.0.0.1:29092,SASL_PLAINTEXT://127.0.0.1:29093
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
@@ -132,11 +132,11 @@ fi
 # (fixed in librdkafka 2.6.1) makes Kafka 4.x reject it with "invalid credentials"; kafkajs and the Java client are fine.
 log_start=$(($(stat -c %s "$LOG" 2>/dev/null || echo 0) + 1))
 kafka_ready() {
-  tb_port_open 39093 || return 1
+  tb_port_open 29093 || return 1
   if command -v kcat >/dev/null; then
-    kcat -b 127.0.0.1:39092 -L -m 2 -q >/dev/null 2>&1
+    kcat -b 127.0.0.1:29092 -L -m 2 -q >/dev/null 2>&1
   else
-    tb_port_open 39092 && (($(tail -c "+$log_start" "$LOG" | grep -c 'Kafka Server started') > 0))
+    tb_port_open 29092 && (($(tail -c "+$log_start" "$LOG" | grep -c 'Kafka Server started') > 0))
   fi
 }
 tb_start kafka "$JAVA" "${JAVA_OPTS[@]}" -cp "$LIBS/*" kafka.Kafka "$CONF"

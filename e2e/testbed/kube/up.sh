@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Kubernetes control plane for the e2e tests, all on 127.0.0.1: embedded etcd (kube-etcd, :39379),
-# kube-apiserver (:39643, TLS, token auth, RBAC, TokenRequest) and kube-controller-manager (:39657),
+# Kubernetes control plane for the e2e tests, all on 127.0.0.1: embedded etcd (kube-etcd, :29379),
+# kube-apiserver (:29643, TLS, token auth, RBAC, TokenRequest) and kube-controller-manager (:29657),
 # run from one multi-call binary built by ../apiserver/build.sh. No kubelet, scheduler or nodes: pods stay Pending.
 # Idempotent: what already runs is kept; the env fragment is rewritten every time.
 #
@@ -9,9 +9,9 @@
 #   TESTBED_KUBE_ETCD_FSYNC=1               let etcd fsync (default off: faster, a testbed loses nothing that matters)
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-ETCD_PORT=39379 ETCD_PEER_PORT=39380
-APISERVER_PORT=39643
-KCM_PORT=39657
+ETCD_PORT=29379 ETCD_PEER_PORT=29380
+APISERVER_PORT=29643
+KCM_PORT=29657
 SERVER=https://127.0.0.1:$APISERVER_PORT
 ISSUER=https://kubernetes.default.svc.cluster.local
 SERVICE_CIDR=10.96.0.0/16 # only allocated in etcd: nothing routes or listens there

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts the testbed's MinIO (S3 API) on 127.0.0.1:39000 (console address 127.0.0.1:39001, browser off), built from
+# Starts the testbed's MinIO (S3 API) on 127.0.0.1:29000 (console address 127.0.0.1:29001, browser off), built from
 # source with `go install` from the Go module proxy into $TB_CACHE/minio/<version>/bin, data in $TB_RUN/minio/data.
 # Credentials are fixed, so a restart after down.sh (the store-outage test) comes back with the same data and keys.
 # Idempotent: when it is already running, only its env fragment is rewritten.
@@ -11,8 +11,8 @@ BIN=$TB_CACHE/minio/$MINIO_VERSION/bin/minio
 RUN=$TB_RUN/minio
 DATA=$RUN/data
 LOG=$TB_LOGS/minio.log
-ADDR=127.0.0.1:39000
-CONSOLE_ADDR=127.0.0.1:39001
+ADDR=127.0.0.1:29000
+CONSOLE_ADDR=127.0.0.1:29001
 ACCESS_KEY=testbed-admin
 SECRET_KEY=testbed-minio-secret-key-0123456789
 REGION=us-east-1
@@ -33,7 +33,7 @@ if tb_running minio; then
   exit 0
 fi
 
-for p in 39000 39001; do
+for p in 29000 29001; do
   if tb_port_open "$p"; then
     tb_log "minio: port $p on 127.0.0.1 is already taken by a process this testbed did not start (no live pid in $RUN/pid)"
     exit 1
