@@ -11,6 +11,7 @@ import { createWriterPool, type CompletedFile, type WriterPool } from "./archive
 import { parsePathTemplate } from "./archive/path.ts";
 import type { OpenedStore } from "./store/open.ts";
 import { UPLOAD_DRAIN_MS, type StagingStore } from "./store/staging.ts";
+import { backoffDelay, type Backoff } from "./store/backoff.ts";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Hold } from "./delivery/hold.ts";
 import { OffsetTracker, type PartitionRef } from "./delivery/tracker.ts";
@@ -25,6 +26,8 @@ import { ArchiverError, ConfigError, isRetryable } from "./errors.ts";
 const TICK_MS = 1000;
 const MAX_FLUSHES_IN_FLIGHT = 256;
 const COMPRESS_SLOTS = 4;
+const LOCAL_WRITE_BACKOFF: Backoff = { minMs: 100, maxMs: 5000 };
+const WRITE_RETRY_AFTER_DRAIN_MS = 10_000;
 const EMPTY = Buffer.alloc(0);
 
 export interface PipelineDeps {
@@ -64,6 +67,9 @@ export class Pipeline implements TransportSink {
   readonly #inflight = new Set<Promise<void>>();
   #inflightBytes = 0;
   #compressing = 0;
+  /** Flushes whose local write is failing and being retried: while any is, nothing more is received. */
+  #stalled = 0;
+  #drainStartedAt: number | undefined;
   readonly #compressQueue: (() => void)[] = [];
   readonly #inflightCap: number;
   readonly #waiters: (() => void)[] = [];
@@ -338,7 +344,7 @@ export class Pipeline implements TransportSink {
       .then(() => framed)
       .then(
         (frame) =>
-          this.#writers.append(b.destination, frame, b.records, bytes, b.hold).then(() => {
+          this.#appendHeld(b, frame, bytes).then(() => {
             this.#m.messagesWritten.inc(b.records);
             this.#m.bytesWritten.inc(bytes);
             this.#m.flushDuration.observe((performance.now() - started) / 1000);
@@ -409,6 +415,38 @@ export class Pipeline implements TransportSink {
       }
     }
     this.#deadLetter(b.hold, letters);
+  }
+
+  /**
+   * Appends a frame; a local write that fails in a way that can clear (a full or failing disk, staging that cannot
+   * be created) is never dead-lettered: the writer has cut the file back to its last whole block, the batch and its
+   * offsets stay held, and the append is retried from 0.1 s to 5 s while nothing more is received. Once shutdown
+   * begins it gets WRITE_RETRY_AFTER_DRAIN_MS more, then its batch is Errored (the restart reads it again).
+   */
+  async #appendHeld(b: FlushBatch, frame: Buffer, bytes: number): Promise<void> {
+    for (let failures = 0; ;) {
+      try {
+        await this.#writers.append(b.destination, frame, b.records, bytes, b.hold);
+        if (failures > 0) {
+          this.#log.info({ destination: b.destination, failures }, "local write landed after retries");
+          this.#stalled--;
+          this.#wake();
+        }
+        return;
+      } catch (err) {
+        const late =
+          this.#drainStartedAt !== undefined && Date.now() - this.#drainStartedAt > WRITE_RETRY_AFTER_DRAIN_MS;
+        if (!isRetryable(err) || late) {
+          if (failures > 0) this.#stalled--;
+          throw err;
+        }
+        if (failures++ === 0) {
+          this.#stalled++;
+          this.#log.warn({ err, destination: b.destination }, "local write failed: holding the batch and retrying");
+        }
+        await sleep(backoffDelay(failures, LOCAL_WRITE_BACKOFF));
+      }
+    }
   }
 
   /** A write that failed: its offsets stay unreleased (Errored) and the process drains and exits to read again. */
@@ -507,7 +545,7 @@ export class Pipeline implements TransportSink {
 
   /** Flushes in flight past either bound hold intake back, so compress and write queues stay short. */
   #saturated(): boolean {
-    return this.#inflightBytes > this.#inflightCap || this.#inflight.size > MAX_FLUSHES_IN_FLIGHT;
+    return this.#stalled > 0 || this.#inflightBytes > this.#inflightCap || this.#inflight.size > MAX_FLUSHES_IN_FLIGHT;
   }
 
   #wake(): void {
@@ -584,6 +622,7 @@ export class Pipeline implements TransportSink {
   }
 
   async #drain(): Promise<PipelineExit> {
+    this.#drainStartedAt = Date.now();
     this.#log.info("draining: stop receiving, flush buffers, complete files, commit");
     await this.#transport.stopReceiving();
     this.#wake();
