@@ -94,7 +94,7 @@ test("offsets are committed only once the file holding the records is complete",
   const a = await startArchiver(
     t,
     baseConfig(dir, topic, groupId, {
-      archive: { destination: `file://${join(dir, "archive")}`, roll_interval_secs: 4 },
+      archive: { destination: `file://${join(dir, "archive")}`, roll_interval_secs: 8 },
     }),
   );
   await waitWritten(a, N, 60_000);
