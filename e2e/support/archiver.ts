@@ -200,3 +200,20 @@ export async function groupOffsets(
     await admin.disconnect();
   }
 }
+
+/** Waits until the group's committed offsets reach the topic's end offsets on every partition. */
+export async function waitCommittedToEnd(
+  groupId: string,
+  topic: string,
+  timeoutMs: number,
+  what: () => string,
+): Promise<void> {
+  await waitFor(
+    async () => {
+      const { committed, end } = await groupOffsets(groupId, topic);
+      return Object.entries(end).every(([p, e]) => committed[Number(p)] === e);
+    },
+    timeoutMs,
+    what,
+  );
+}

@@ -25,13 +25,17 @@ const ERRNO_KIND: ReadonlyMap<string, ErrorKind> = new Map<string, ErrorKind>([
   ["EINVAL", "permanent"],
 ]);
 
-const errnoCode = (err: unknown): string | undefined =>
-  typeof err === "object" && err !== null && "code" in err && typeof err.code === "string" ? err.code : undefined;
+/** The errno code of a file system error. */
+export function errnoOf(err: unknown): string | undefined {
+  return typeof err === "object" && err !== null && "code" in err && typeof err.code === "string"
+    ? err.code
+    : undefined;
+}
 
 /** Wraps a file system error as an ArchiverError whose code is the errno code (`fs_error` when it has none). */
 export function fsError(err: unknown, op: string, path: string): ArchiverError {
   if (err instanceof ArchiverError) return err;
-  const code = errnoCode(err);
+  const code = errnoOf(err);
   const reason = err instanceof Error ? err.message : String(err);
   const kind = (code === undefined ? undefined : ERRNO_KIND.get(code)) ?? "retryable";
   return new ArchiverError(code ?? "fs_error", `${op} ${path}: ${reason}`, kind, { cause: err });
@@ -81,12 +85,13 @@ async function mkdirs(path: string): Promise<string | undefined> {
   try {
     return await mkdir(path, { recursive: true });
   } catch (err) {
-    if (errnoCode(err) !== "EEXIST") throw fsError(err, "mkdir", path);
+    if (errnoOf(err) !== "EEXIST") throw fsError(err, "mkdir", path);
     throw new ArchiverError("ENOTDIR", `mkdir ${path}: a file is in the way`, "permanent", { cause: err });
   }
 }
 
-async function syncDir(dir: string): Promise<void> {
+/** fsync of a directory: makes the entries created in it durable. */
+export async function syncDir(dir: string): Promise<void> {
   const handle = await open(dir, "r");
   try {
     await handle.sync();
@@ -188,7 +193,7 @@ class LocalFile implements ArchiveFile {
       await handle?.close();
       await unlink(this.#partial);
     } catch (err) {
-      if (errnoCode(err) !== "ENOENT") throw fsError(err, "abandon", this.#path);
+      if (errnoOf(err) !== "ENOENT") throw fsError(err, "abandon", this.#path);
     }
   }
 }

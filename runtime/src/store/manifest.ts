@@ -2,7 +2,7 @@
 // store, which writes them, and restart recovery, which reads them back.
 import { open, rename, rmdir, unlink } from "node:fs/promises";
 import { dirname, join, relative, sep } from "node:path";
-import { fsError } from "./file.ts";
+import { errnoOf, fsError, syncDir } from "./file.ts";
 
 export const UPLOADS_DIR = "uploads";
 /** Top-level name under uploads/ that holds files moved aside for an operator. */
@@ -80,15 +80,6 @@ export function parseManifest(text: string): ManifestJson | { error: string } {
   };
 }
 
-async function syncDir(dir: string): Promise<void> {
-  const handle = await open(dir, "r");
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-}
-
 /** Writes the manifest beside `stagedPath` whole or not at all: a temp file, synced, renamed over, directory synced. */
 export async function writeManifest(stagedPath: string, manifest: ManifestJson): Promise<void> {
   const path = stagedPath + MANIFEST_SUFFIX;
@@ -129,13 +120,6 @@ export async function removeStaged(stagedPath: string, root: string): Promise<vo
     }
   }
   await pruneEmptyDirs(dirname(stagedPath), root);
-}
-
-/** The errno code of a file system error. */
-export function errnoOf(err: unknown): string | undefined {
-  return typeof err === "object" && err !== null && "code" in err && typeof err.code === "string"
-    ? err.code
-    : undefined;
 }
 
 /** The staging directory under the spool directory. */

@@ -4,8 +4,8 @@ import { lstat, mkdir, readdir, rename, unlink } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import type { Metrics } from "../observe/metrics.ts";
-import { fsError } from "./file.ts";
-import { errnoOf, pruneEmptyDirs, QUARANTINE_DIR } from "./manifest.ts";
+import { errnoOf, fsError } from "./file.ts";
+import { pruneEmptyDirs, QUARANTINE_DIR } from "./manifest.ts";
 
 export type QuarantineReason = "unreadable" | "incomplete" | "corrupt" | "no_store";
 

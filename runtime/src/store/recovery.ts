@@ -6,9 +6,8 @@ import { readdir, readFile, stat } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
 import type { Metrics } from "../observe/metrics.ts";
-import { fsError } from "./file.ts";
+import { errnoOf, fsError } from "./file.ts";
 import {
-  errnoOf,
   MANIFEST_SUFFIX,
   MANIFEST_TEMP_SUFFIX,
   parseManifest,

@@ -12,10 +12,9 @@ import type { Logger } from "pino";
 import { ArchiverError, ConfigError, isRetryable } from "../errors.ts";
 import type { Metrics } from "../observe/metrics.ts";
 import { backoffDelay, UPLOAD_BACKOFF, type Backoff } from "./backoff.ts";
-import { createFileStore } from "./file.ts";
+import { errnoOf, createFileStore } from "./file.ts";
 import { checkKey, STAGED_UNREADABLE, type ObjectBackend, type UploadMeta } from "./object/types.ts";
 import {
-  errnoOf,
   MANIFEST_SUFFIX,
   relUnder,
   removeStaged,

@@ -9,7 +9,14 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { kafkaTopic, need, uniqueName } from "../../../e2e/support/testbed.ts";
-import { groupOffsets, produce, readArchive, startArchiver, tempDir, waitFor } from "../../../e2e/support/archiver.ts";
+import {
+  produce,
+  readArchive,
+  startArchiver,
+  tempDir,
+  waitCommittedToEnd,
+  waitFor,
+} from "../../../e2e/support/archiver.ts";
 
 test("a full local disk holds the stream and loses nothing once space frees", async (t) => {
   const N = 20_000;
@@ -46,14 +53,7 @@ test("a full local disk holds the stream and loses nothing once space frees", as
   assert.ok(written < N, `the stream is held (${written} of ${N} written)`);
   assert.ok(a.proc.exitCode === null, "the process keeps running");
   rmSync(filler);
-  await waitFor(
-    async () => {
-      const { committed, end } = await groupOffsets(groupId, topic);
-      return Object.entries(end).every(([p, e]) => committed[Number(p)] === e);
-    },
-    60_000,
-    () => `not resumed after space freed:\n${a.output().slice(-3000)}`,
-  );
+  await waitCommittedToEnd(groupId, topic, 60_000, () => `not resumed after space freed:\n${a.output().slice(-3000)}`);
   assert.equal(await a.stop(), 0);
   const { lines } = readArchive(join(mount, "archive"));
   const ids = new Set(lines.map((l) => (JSON.parse(l) as { id: number }).id));

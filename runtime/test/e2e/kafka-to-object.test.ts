@@ -18,11 +18,10 @@ import {
 } from "../../../e2e/support/testbed.ts";
 import {
   decompressWithCli,
-  groupOffsets,
   produce,
   startArchiver,
   tempDir,
-  waitFor,
+  waitCommittedToEnd,
 } from "../../../e2e/support/archiver.ts";
 
 interface StoredObject {
@@ -135,11 +134,9 @@ for (const backend of backends) {
       dlq: { enabled: false },
       logger: { level: "warn" },
     });
-    await waitFor(
-      async () => {
-        const { committed, end } = await groupOffsets(groupId, topic);
-        return Object.entries(end).every(([p, e]) => committed[Number(p)] === e);
-      },
+    await waitCommittedToEnd(
+      groupId,
+      topic,
       90_000,
       () => `offsets not committed to the end; output:\n${a.output().slice(-4000)}`,
     );

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { kafkaTopic, need, uniqueName } from "../../../e2e/support/testbed.ts";
-import { groupOffsets, produce, readArchive, startArchiver, tempDir, waitFor } from "../../../e2e/support/archiver.ts";
+import { produce, readArchive, startArchiver, tempDir, waitCommittedToEnd } from "../../../e2e/support/archiver.ts";
 
 test("SIGKILL at random moments, at least 5 times, while 500k records are produced: none lost", async (t) => {
   const N = 500_000;
@@ -39,11 +39,9 @@ test("SIGKILL at random moments, at least 5 times, while 500k records are produc
   await producing;
   assert.ok(produced);
   const last = await startArchiver(t, config, { dir });
-  await waitFor(
-    async () => {
-      const { committed, end } = await groupOffsets(groupId, topic);
-      return Object.entries(end).every(([p, e]) => committed[Number(p)] === e);
-    },
+  await waitCommittedToEnd(
+    groupId,
+    topic,
     180_000,
     () => `offsets never reached the end; output:\n${last.output().slice(-4000)}`,
   );

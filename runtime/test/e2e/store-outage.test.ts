@@ -10,10 +10,10 @@ import { CreateBucketCommand, GetObjectCommand, ListObjectsV2Command, S3Client }
 import { kafkaTopic, need, privateMinio, uniqueName } from "../../../e2e/support/testbed.ts";
 import {
   decompressWithCli,
-  groupOffsets,
   produce,
   startArchiver,
   tempDir,
+  waitCommittedToEnd,
   waitFor,
 } from "../../../e2e/support/archiver.ts";
 
@@ -87,11 +87,9 @@ test("MinIO down for 60 s mid-stream: nothing lost, staging bounded, intake paus
   );
 
   await minio.start();
-  await waitFor(
-    async () => {
-      const { committed, end } = await groupOffsets(groupId, topic);
-      return Object.entries(end).every(([p, e]) => committed[Number(p)] === e);
-    },
+  await waitCommittedToEnd(
+    groupId,
+    topic,
     120_000,
     () => `not caught up after the store came back; output:\n${a.output().slice(-3000)}`,
   );
