@@ -1,69 +1,20 @@
 #!/usr/bin/env node
 // dfe-archiver run: loads the config cascade, serves health and metrics, runs the pipeline until SIGTERM/SIGINT,
 // then drains (stop receiving, flush, complete files, commit) and exits 0, or non-zero when offsets were withheld.
-import { readFileSync } from "node:fs";
-import type { Logger } from "pino";
 import { loadConfig } from "./config/load.ts";
-import { idleReason, redactConfig, type ResolvedConfig } from "./config/resolve.ts";
+import { idleReason, redactConfig } from "./config/resolve.ts";
 import { ArchiverError, ConfigError } from "./errors.ts";
 import { createLogger } from "./observe/log.ts";
 import { createMetrics, type Metrics } from "./observe/metrics.ts";
-import { startObserveServer, type HealthComponent } from "./observe/http.ts";
+import { startObserveServer } from "./observe/http.ts";
+import { Health } from "./observe/health.ts";
 import { Pipeline } from "./pipeline.ts";
 import { openStore } from "./store/open.ts";
-import { KafkaTransport } from "./transport/kafka.ts";
-import { PlatformaticKafkaTransport } from "./transport/platformatic.ts";
-import type { KafkaTransportOptions, Transport } from "./transport/types.ts";
+import { kafkaAuth, openTransport } from "./transport/open.ts";
 import { KafkaDlq } from "./dlq/kafka.ts";
-import { resolveMemoryLimit, type MemoryLimit } from "./regulate/memory.ts";
+import { resolveMemoryLimit } from "./regulate/memory.ts";
 
 const USAGE = `usage: dfe-archiver run [--config PATH] [--log-level LEVEL] [--log-format json|text] [--metrics-addr HOST:PORT]`;
-
-/** SASL and TLS options of the kafka section, shared by the consumer and the DLQ producer. */
-function kafkaAuth(k: ResolvedConfig["kafka"]): Pick<KafkaTransportOptions, "sasl" | "ssl"> {
-  const sasl =
-    k.sasl_mechanism !== undefined
-      ? { mechanism: k.sasl_mechanism, username: k.sasl_username ?? "", password: k.sasl_password ?? "" }
-      : undefined;
-  const tls = k.tls;
-  const ssl = tls.enabled
-    ? {
-        rejectUnauthorized: tls.reject_unauthorized,
-        ...(tls.ca_path ? { ca: [readFileSync(tls.ca_path, "utf8")] } : {}),
-        ...(tls.cert_path ? { cert: readFileSync(tls.cert_path, "utf8") } : {}),
-        ...(tls.key_path ? { key: readFileSync(tls.key_path, "utf8") } : {}),
-      }
-    : undefined;
-  return { sasl, ssl };
-}
-
-function kafkaTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit): Transport {
-  const k = cfg.kafka;
-  if (k.topics.length === 0) {
-    throw new ConfigError("kafka.topics", "is empty: list the topics to archive (DFE_ARCHIVER_KAFKA_TOPICS=a,b)");
-  }
-  const { sasl, ssl } = kafkaAuth(k);
-  const Client = k.client === "platformatic" ? PlatformaticKafkaTransport : KafkaTransport;
-  return new Client({
-    brokers: k.brokers,
-    clientId: k.client_id,
-    groupId: k.group_id,
-    topics: k.topics,
-    sasl,
-    ssl,
-    sessionTimeoutMs: k.session_timeout_ms,
-    // About a kilobyte a record: batch_size records per fetch, but no more than the memory limit affords (a fetch is
-    // held compressed and decompressed while its records are routed).
-    maxBytesPerPartition: Math.max(1 << 20, Math.min(k.batch_size * 1024, Math.floor(memory.bytes / 128))),
-    maxBytes: Math.max(4 << 20, Math.floor(memory.bytes / 32)),
-    log,
-  });
-}
-
-function openTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit): Transport {
-  if (cfg.transport === "kafka") return kafkaTransport(cfg, log, memory);
-  throw new ConfigError("transport", "grpc is not available in this build yet; use transport: kafka");
-}
 
 async function run(argv: string[]): Promise<number> {
   let loaded: ReturnType<typeof loadConfig>;
@@ -83,16 +34,17 @@ async function run(argv: string[]): Promise<number> {
 
   const metrics: Metrics = createMetrics({ namespace: cfg.metrics.namespace });
   const idle = idleReason(cfg);
-  const components: Record<string, HealthComponent> = {
-    work_config: idle ? { state: "degraded", reason: idle } : { state: "ok" },
-    transport: idle ? { state: "ok", reason: "idle: no connection opened" } : { state: "ok" },
-    sink: { state: "ok" },
-  };
+  const health = new Health();
+  health.setIdle(idle !== undefined);
+  if (idle) {
+    health.set("work_config", "degraded", idle);
+    health.set("transport", "ok", "idle: no connection opened");
+  }
   metrics.pipelineIdle.set(idle ? 1 : 0);
   metrics.configValid.set(1);
   let pipeline: Pipeline | undefined;
   const server = await startObserveServer(cfg.metrics.addr, metrics.registry, {
-    components: () => components,
+    health: () => health.snapshot(),
     pressure: () => pipeline?.pressure() ?? 0,
   });
   log.info({ addr: server.address }, "serving /metrics /livez /readyz /health /scaling/pressure");

@@ -2,16 +2,10 @@
 import { createServer, type Server } from "node:http";
 import type { Registry } from "prom-client";
 
-export type ComponentState = "ok" | "degraded" | "failed";
-
-export interface HealthComponent {
-  state: ComponentState;
-  reason?: string | undefined;
-}
+import type { HealthSnapshot } from "./health.ts";
 
 export interface HealthSource {
-  /** Component name -> state; readiness fails only on a failed component. */
-  components(): Record<string, HealthComponent>;
+  health(): HealthSnapshot;
   /** The scaling-pressure composite, 0-100. */
   pressure(): number;
 }
@@ -52,24 +46,14 @@ export async function startObserveServer(
       case "/livez":
         return send(200, "text/plain", "ok\n");
       case "/readyz": {
-        const comps = health.components();
-        const failed = Object.entries(comps).filter(([, c]) => c.state === "failed");
-        const lines = Object.entries(comps).map(([k, c]) => `${k}: ${c.state}${c.reason ? ` (${c.reason})` : ""}`);
-        return send(
-          failed.length ? 503 : 200,
-          "text/plain",
-          `${failed.length ? "not ready" : "ok"}\n${lines.join("\n")}\n`,
+        const h = health.health();
+        const lines = Object.entries(h.components).map(
+          ([k, c]) => `${k}: ${c.state}${c.reason ? ` (${c.reason})` : ""}`,
         );
+        return send(h.ready ? 200 : 503, "text/plain", `${h.ready ? "ok" : "not ready"}\n${lines.join("\n")}\n`);
       }
-      case "/health": {
-        const comps = health.components();
-        const status = Object.values(comps).some((c) => c.state === "failed")
-          ? "failed"
-          : Object.values(comps).some((c) => c.state === "degraded")
-            ? "degraded"
-            : "ok";
-        return send(200, "application/json", JSON.stringify({ status, components: comps }));
-      }
+      case "/health":
+        return send(200, "application/json", JSON.stringify(health.health()));
       case "/scaling/pressure":
         return send(200, "application/json", JSON.stringify({ value: health.pressure() }));
       default:
