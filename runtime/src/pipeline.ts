@@ -15,6 +15,7 @@ import { backoffDelay, type Backoff } from "./store/backoff.ts";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Hold } from "./delivery/hold.ts";
 import { OffsetTracker, type PartitionRef } from "./delivery/tracker.ts";
+import type { Health } from "./observe/health.ts";
 import type { Metrics } from "./observe/metrics.ts";
 import type { InboundBatch, Transport, TransportSink } from "./transport/types.ts";
 import type { MemoryLimit } from "./regulate/memory.ts";
@@ -41,6 +42,8 @@ export interface PipelineDeps {
   dlq?: KafkaDlq | undefined;
   /** Distinguishes this process's writers from every other replica's in file names. */
   instanceId?: string;
+  /** Where intake pauses and held local writes show as the transport and sink components. */
+  health?: Health | undefined;
 }
 
 export type PipelineExit = { code: 0 } | { code: 1; reason: string };
@@ -50,6 +53,7 @@ export class Pipeline implements TransportSink {
   readonly #transport: Transport;
   readonly #m: Metrics;
   readonly #log: Logger;
+  readonly #health: Health | undefined;
   readonly #tracker: OffsetTracker;
   readonly #router: Router;
   readonly #codec: Codec;
@@ -90,6 +94,7 @@ export class Pipeline implements TransportSink {
     this.#transport = deps.transport;
     this.#m = deps.metrics;
     this.#log = deps.log;
+    this.#health = deps.health;
     this.#done = new Promise((r) => (this.#resolveDone = r));
     if (cfg.archive.destination === undefined) {
       throw new ConfigError("archive.destination", "no destination: the pipeline idles");
@@ -149,10 +154,12 @@ export class Pipeline implements TransportSink {
       }),
       onPause: (source, ratio) => {
         this.#transport.pause([...this.#assigned.values()]);
+        this.#health?.set("transport", "degraded", `intake paused by self-regulation (${source})`);
         this.#log.warn({ source, ratio }, "self-regulation: intake paused");
       },
       onResume: () => {
         this.#transport.resume([...this.#assigned.values()]);
+        this.#health?.set("transport", "ok");
         this.#log.info("self-regulation: intake resumed");
       },
     });
@@ -429,7 +436,7 @@ export class Pipeline implements TransportSink {
         await this.#writers.append(b.destination, frame, b.records, bytes, b.hold);
         if (failures > 0) {
           this.#log.info({ destination: b.destination, failures }, "local write landed after retries");
-          this.#stalled--;
+          if (--this.#stalled === 0) this.#health?.set("sink", "ok");
           this.#wake();
         }
         return;
@@ -437,11 +444,12 @@ export class Pipeline implements TransportSink {
         const late =
           this.#drainStartedAt !== undefined && Date.now() - this.#drainStartedAt > WRITE_RETRY_AFTER_DRAIN_MS;
         if (!isRetryable(err) || late) {
-          if (failures > 0) this.#stalled--;
+          if (failures > 0 && --this.#stalled === 0) this.#health?.set("sink", "ok");
           throw err;
         }
         if (failures++ === 0) {
           this.#stalled++;
+          this.#health?.set("sink", "degraded", `local write failing, batch held and retried: ${String(err)}`);
           this.#log.warn({ err, destination: b.destination }, "local write failed: holding the batch and retrying");
         }
         await sleep(backoffDelay(failures, LOCAL_WRITE_BACKOFF));

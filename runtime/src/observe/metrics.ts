@@ -41,6 +41,7 @@ export interface Metrics {
   readonly writersOpen: Gauge;
   readonly scalingPressure: Gauge;
   readonly selfRegulationPaused: Gauge;
+  readonly sinkCircuitOpen: Gauge;
   readonly configValid: Gauge;
   readonly batchSizeBytes: Histogram;
   readonly flushDuration: Histogram;
@@ -113,6 +114,10 @@ export function createMetrics(opts: { namespace?: string | undefined; defaultMet
     writersOpen: gauge("writers_open", "Open archive writers"),
     scalingPressure: gauge("scaling_pressure", "Scaling pressure composite, 0-100"),
     selfRegulationPaused: gauge("self_regulation_paused", "1 while the self-regulation latch has intake paused"),
+    sinkCircuitOpen: gauge(
+      "sink_circuit_open",
+      "1 while every write the sink was asked for fails (scaling_pressure reads 0 meanwhile)",
+    ),
     configValid: gauge("config_valid", "1 while the last config read was valid, 0 while a refused change is pending"),
     batchSizeBytes: new Histogram({
       name: n("batch_size_bytes"),

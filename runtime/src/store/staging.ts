@@ -11,6 +11,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import type { Logger } from "pino";
 import { ArchiverError, ConfigError, isRetryable } from "../errors.ts";
 import type { Metrics } from "../observe/metrics.ts";
+import { SinkTally, type SinkOutcomes } from "../regulate/circuit.ts";
 import { backoffDelay, UPLOAD_BACKOFF, type Backoff } from "./backoff.ts";
 import { errnoOf, createFileStore } from "./file.ts";
 import { checkKey, STAGED_UNREADABLE, type ObjectBackend, type UploadMeta } from "./object/types.ts";
@@ -64,6 +65,11 @@ export interface StagingStore extends ArchiveStore {
   uploadsPending(): number;
   /** Staged bytes over buffer.staged_bytes_cap: a pressure source for the self-regulation latch. */
   pressure(): number;
+  /**
+   * Upload attempts that reached the store and those that failed, for the sink circuit. A refusal of the object
+   * itself counts as reached (the store is up and answering); a staged copy that cannot be read back is neither.
+   */
+  readonly attempts: SinkOutcomes;
   /**
    * Uploads a complete file a previous process staged (from recoverStaging). Settles as `complete` does, and counts
    * staged_files_recovered_total once the store confirms it.
@@ -206,6 +212,7 @@ class Staging implements StagingStore {
   readonly #stop = new AbortController();
   readonly #slots: Slots;
   readonly #jobs = new Set<Job>();
+  readonly attempts = new SinkTally();
   /** Files the store refused for good, by store path, until discarded. */
   readonly #kept = new Map<string, StagedManifest>();
   #stagedBytes = 0;
@@ -339,11 +346,18 @@ class Staging implements StagingStore {
         }
         // Settled meanwhile: shut down, and the staged copy stays for the next start.
         if (job.settled) return;
-        if (failure === undefined && unreadable === undefined) return await this.#uploaded(job);
+        if (failure === undefined && unreadable === undefined) {
+          this.attempts.ok();
+          return await this.#uploaded(job);
+        }
         this.#m.archiveErrors.inc();
         unreadable ??= await this.#whyUnreadable(m, failure);
         if (unreadable !== undefined) return await this.#unreadable(job, unreadable, failure);
-        if (!isRetryable(failure)) return this.#refused(job, failure);
+        if (!isRetryable(failure)) {
+          this.attempts.ok();
+          return this.#refused(job, failure);
+        }
+        this.attempts.fail();
         this.#retrying(job, failure, failures);
         await this.#sleep(backoffDelay(failures, this.#retry, this.#random), signal);
       }
