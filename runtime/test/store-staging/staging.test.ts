@@ -187,6 +187,11 @@ test("a failed upload keeps its staged copy and retries afresh with backoff, war
     assert.ok(s.delays[i]! > ceiling - 1 && s.delays[i]! <= ceiling, `wait ${i + 1} is ${s.delays[i]}`);
   }
   assert.equal(await metric(s.metrics.archiveErrors), 3, "each failed attempt counted");
+  assert.deepEqual(
+    { succeeded: s.store.attempts.succeeded, failed: s.store.attempts.failed },
+    { succeeded: 1, failed: 3 },
+    "the sink circuit's tally",
+  );
   const warns = s.lines.filter((l) => l.level === 40 && l.msg.includes("upload failed"));
   const debugs = s.lines.filter((l) => l.level === 20 && l.msg.includes("upload failed"));
   assert.equal(warns.length, 1);
@@ -226,6 +231,7 @@ test("a refusal for the object itself rejects complete for good and keeps the fi
   const f = await stage(s.store);
   await assert.rejects(f.complete(META), code("EntityTooLarge", "permanent"));
   assert.equal((s.backend as FakeBackend).calls.length, 1, "not retried");
+  assert.equal(s.store.attempts.failed, 0, "a refusal is the store answering: no failure for the sink circuit");
   const kept = s.store.readBack(REL);
   assert.ok(kept);
   assert.equal(kept.stagedPath, join(s.uploads, REL));
