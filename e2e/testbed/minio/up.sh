@@ -41,16 +41,7 @@ for p in 29000 29001; do
 done
 
 # --- install: one go install per pinned version ---
-if [[ ! -x $BIN ]]; then
-  command -v go >/dev/null || { tb_log "minio: go not on PATH, needed to build MinIO"; exit 1; }
-  tb_log "minio: building $MINIO_MODULE@$MINIO_VERSION (several minutes the first time)"
-  tmp=$(dirname "$BIN").tmp
-  rm -rf "$tmp"
-  # GOTOOLCHAIN=local: build with the machine's Go, never fetch another toolchain. GOFLAGS cleared so a caller's
-  # -mod=vendor or similar cannot leak into `go install pkg@version`.
-  (cd / && GOBIN=$tmp GOTOOLCHAIN=local GOFLAGS= CGO_ENABLED=0 go install "$MINIO_MODULE@$MINIO_VERSION") >&2
-  rm -rf "$(dirname "$BIN")" && mv "$tmp" "$(dirname "$BIN")"
-fi
+tb_go_install minio "$MINIO_MODULE@$MINIO_VERSION" minio "$MINIO_VERSION" >/dev/null
 
 # --- start and wait until the S3 API is ready ---
 mkdir -p "$DATA" "$RUN/certs"
