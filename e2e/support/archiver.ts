@@ -46,11 +46,15 @@ export interface RunningArchiver {
 export async function startArchiver(
   t: TestContext,
   config: Record<string, unknown>,
-  opts: { env?: Record<string, string>; dir?: string; waitReady?: boolean } = {},
+  opts: { env?: Record<string, string>; dir?: string; waitReady?: boolean; configPath?: string } = {},
 ): Promise<RunningArchiver> {
   const dir = opts.dir ?? tempDir(t);
-  const file = join(dir, `config-${Date.now()}.yaml`);
-  writeFileSync(file, stringify(config));
+  // With configPath the caller owns the file (a ConfigMap mount it updates); `config` is then not written.
+  let file = opts.configPath;
+  if (file === undefined) {
+    file = join(dir, `config-${Date.now()}.yaml`);
+    writeFileSync(file, stringify(config));
+  }
   const port = await freePort();
   const metricsAddr = `127.0.0.1:${port}`;
   const proc = spawn(nodeBin, [mainTs, "run", "--config", file, "--metrics-addr", metricsAddr], {
