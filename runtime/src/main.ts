@@ -8,6 +8,7 @@ import { Health } from "./observe/health.ts";
 import { startObserveServer } from "./observe/http.ts";
 import { createLogger } from "./observe/log.ts";
 import { createMetrics, type Metrics } from "./observe/metrics.ts";
+import { startStatusReporter } from "./observe/report.ts";
 
 const USAGE = `usage: dfe-archiver run [--config PATH] [--log-level LEVEL] [--log-format json|text] [--metrics-addr HOST:PORT]`;
 
@@ -26,6 +27,8 @@ async function run(argv: string[]): Promise<number> {
 
   const metrics: Metrics = createMetrics({ namespace: cfg.metrics.namespace });
   const health = new Health();
+  // In a pod of an ArchivePipeline: its health reported into the pipeline's status.pods.
+  const reporter = startStatusReporter({ health, env: process.env, log });
   const supervisor = new Supervisor({ env: process.env, metrics, log, health });
   const server = await startObserveServer(cfg.metrics.addr, metrics.registry, {
     health: () => health.snapshot(),
@@ -41,6 +44,7 @@ async function run(argv: string[]): Promise<number> {
   );
   const code = await supervisor.exited;
   watcher.close();
+  await reporter?.close();
   await server.close();
   if (code === 1) log.error("exiting non-zero so the restart reads the withheld records again");
   return code;

@@ -12,6 +12,7 @@ import {
 import { nestedEnvName } from "../../../runtime/src/config/env.ts";
 import { validateConfig, validateSchema, type ConfigFault } from "../../../runtime/src/config/validate.ts";
 import { CONFIG_RULES, SPEC_RULES, type CelRule } from "./cel.ts";
+import { COMPONENTS, type ComponentName, type ComponentState } from "../../../runtime/src/observe/health.ts";
 import { camelKey, camelText, camelToSnake, snakeToCamel } from "./keys.ts";
 
 // ---- credentials ----
@@ -378,7 +379,11 @@ export type KedaSpec = OperatorOutput["keda"];
 
 export const POD_STATES = ["Running", "Idle", "Degraded"] as const;
 export type PodState = (typeof POD_STATES)[number];
-export const CONDITION_TYPES = ["Ready", "Idle", "Degraded"] as const;
+export const CONDITION_TYPES = ["Ready", "Idle", "Degraded", "ScalingReady"] as const;
+const CONDITION_LIST = `${CONDITION_TYPES.slice(0, -1).join(", ")} and ${CONDITION_TYPES.at(-1)}`;
+const COMPONENT_STATES = ["ok", "degraded", "failed"] as const satisfies readonly ComponentState[];
+type Camel<S extends string> = S extends `${infer A}_${infer B}` ? `${A}${Capitalize<Camel<B>>}` : S;
+type ComponentShape = { [K in ComponentName as Camel<K>]: ReturnType<typeof componentSchema> };
 
 const timestamp = (what: string) => z.iso.datetime({ offset: true }).describe(what);
 
@@ -392,7 +397,7 @@ export const conditionSchema = z
       .regex(
         /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$/,
       )
-      .describe("Condition type: Ready, Idle or Degraded."),
+      .describe(`Condition type: ${CONDITION_LIST}.`),
     status: z.enum(["True", "False", "Unknown"]).describe("Status of the condition: True, False or Unknown."),
     observedGeneration: z
       .number()
@@ -411,11 +416,23 @@ export const conditionSchema = z
   })
   .describe("One condition of the pipeline (metav1.Condition).");
 
+const componentSchema = (name: ComponentName) =>
+  z
+    .strictObject({
+      state: z.enum(COMPONENT_STATES).describe("ok, degraded or failed."),
+      reason: z.string().optional().describe("Why, in the pod's own words."),
+    })
+    .describe(`State of the pod's ${name.replace(/_/g, " ")}.`);
+
 export const podReportSchema = z
   .strictObject({
     name: z.string().min(1).describe("Name of the pod the report is from."),
     state: z.enum(POD_STATES).describe("The pod's own state: Running, Idle (no destination) or Degraded."),
     reason: z.string().optional().describe("Why the pod is Idle or Degraded, in its own words."),
+    components: z
+      .strictObject(Object.fromEntries(COMPONENTS.map((n) => [snakeToCamel(n), componentSchema(n)])) as ComponentShape)
+      .optional()
+      .describe("The pod's health by component, as its /health endpoint serves it."),
     deliveryGuarantee: z
       .string()
       .optional()
@@ -437,7 +454,7 @@ export const statusSchema = z
       .array(conditionSchema)
       .optional()
       .meta({
-        description: "Ready, Idle and Degraded, computed by the operator from the owned objects and the pods' reports.",
+        description: `${CONDITION_LIST}, computed by the operator from the owned objects, KEDA's presence and the pods' reports.`,
         "x-kubernetes-list-type": "map",
         "x-kubernetes-list-map-keys": ["type"],
       }),

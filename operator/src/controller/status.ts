@@ -1,10 +1,10 @@
 // The pipeline's conditions, from what one reconcile saw: the spec's validity, the Secrets, KEDA, the Deployment and
 // the pods' own reports. Pure, so every rule is tested without a cluster.
 import type { ConfigFault } from "../../../runtime/src/config/validate.ts";
-import type { Condition, PodReport } from "../api/spec.ts";
+import { CONDITION_TYPES, type Condition, type PodReport } from "../api/spec.ts";
 
 /** The conditions the operator owns, in the order it writes them. */
-export const OPERATOR_CONDITIONS = ["Ready", "Idle", "Degraded", "ScalingReady"] as const;
+export const OPERATOR_CONDITIONS = CONDITION_TYPES;
 export type OperatorCondition = (typeof OPERATOR_CONDITIONS)[number];
 
 /** What a reconcile saw; `spec` is absent when the spec was refused. */

@@ -3,11 +3,18 @@
 // list (keyed by name) and pods never overwrite each other. Reporting is best effort: a failure is logged and retried
 // with backoff, and nothing here ever blocks or stops the pipeline.
 import { createHash } from "node:crypto";
-import { CustomObjectsApi, KubeConfig, PatchStrategy, type PromiseMiddleware } from "@kubernetes/client-node";
+import {
+  CustomObjectsApi,
+  KubeConfig,
+  Observable,
+  PatchStrategy,
+  type ConfigurationOptions,
+} from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { API_VERSION, GROUP, KIND, PLURAL, VERSION } from "../../../operator/src/api/group.ts";
+import { snakeToCamel } from "../../../operator/src/api/keys.ts";
 import type { PodReport } from "../../../operator/src/api/spec.ts";
-import { COMPONENTS, type ComponentName, type Health, type HealthSnapshot } from "./health.ts";
+import { COMPONENTS, type Health, type HealthSnapshot } from "./health.ts";
 
 /** The env the operator's Deployment gives each pod: the downward API's pod name and namespace, and the pipeline. */
 export const POD_ENV = {
@@ -22,9 +29,6 @@ export const RETRY_BASE_MS = 1_000;
 export const RETRY_MAX_MS = 60_000;
 export const REQUEST_TIMEOUT_MS = 15_000;
 const FIELD_MANAGER_MAX = 128;
-
-/** The CRD's camelCase name of a health component. */
-export const componentField = (name: ComponentName): string => name.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
 
 /** The field manager a pod applies its entry as: its own, so it owns nothing but its entry. */
 export function podFieldManager(pod: string): string {
@@ -44,7 +48,7 @@ export function podReport(pod: string, s: HealthSnapshot, at: Date, deliveryGuar
   const components = Object.fromEntries(
     COMPONENTS.map((name) => {
       const c = s.components[name];
-      return [componentField(name), c.reason === undefined ? { state: c.state } : { state: c.state, reason: c.reason }];
+      return [snakeToCamel(name), c.reason === undefined ? { state: c.state } : { state: c.state, reason: c.reason }];
     }),
   ) as PodReport["components"];
   const faults = COMPONENTS.filter((n) => s.components[n].state !== "ok");
@@ -98,15 +102,16 @@ export interface StatusReporter {
 }
 
 // The apply patch's content type, and a deadline so a hung apiserver cannot hold the next report back forever.
-const applyRequest = (timeoutMs: number): { middleware: PromiseMiddleware[] } => ({
+const applyRequest = (timeoutMs: number): ConfigurationOptions => ({
+  middlewareMergeStrategy: "append",
   middleware: [
     {
       pre: (ctx) => {
         ctx.setHeaderParam("Content-Type", PatchStrategy.ServerSideApply);
         ctx.setSignal(AbortSignal.timeout(timeoutMs));
-        return Promise.resolve(ctx);
+        return new Observable(Promise.resolve(ctx));
       },
-      post: (res) => Promise.resolve(res),
+      post: (res) => new Observable(Promise.resolve(res)),
     },
   ],
 });
@@ -183,7 +188,12 @@ class Reporter implements StatusReporter {
     this.#dirty = false;
     const { pod, namespace, pipeline } = this.#id;
     const entry = podReport(pod, this.#o.health.snapshot(), new Date(), this.#o.deliveryGuarantee?.());
-    const body = { apiVersion: API_VERSION, kind: KIND, metadata: { name: pipeline, namespace }, status: { pods: [entry] } };
+    const body = {
+      apiVersion: API_VERSION,
+      kind: KIND,
+      metadata: { name: pipeline, namespace },
+      status: { pods: [entry] },
+    };
     try {
       await this.#api.patchNamespacedCustomObjectStatus(
         {
@@ -204,7 +214,10 @@ class Reporter implements StatusReporter {
       if (this.#dirty) this.#schedule("debounce", this.#o.debounceMs ?? DEBOUNCE_MS);
       else this.#schedule("heartbeat", this.#o.heartbeatMs ?? HEARTBEAT_MS);
     } catch (err) {
-      const delay = Math.min((this.#o.retryBaseMs ?? RETRY_BASE_MS) * 2 ** this.#failures, this.#o.retryMaxMs ?? RETRY_MAX_MS);
+      const delay = Math.min(
+        (this.#o.retryBaseMs ?? RETRY_BASE_MS) * 2 ** this.#failures,
+        this.#o.retryMaxMs ?? RETRY_MAX_MS,
+      );
       this.#failures++;
       this.#log.warn({ err: describe(err), retryInMs: delay, failures: this.#failures }, "status report failed");
       this.#schedule("retry", delay);
