@@ -5,6 +5,7 @@ import { link, mkdir, open, unlink, type FileHandle } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ArchiverError, type ErrorKind } from "../errors.ts";
+import type { PartialJournal } from "./partials.ts";
 import type { ArchiveFile, ArchiveStore, FileMeta } from "./types.ts";
 
 // Decided by errno once, here. A code not listed is retryable: retrying costs lag, dropping costs records.
@@ -176,6 +177,7 @@ class LocalFile implements ArchiveFile {
         await link(this.#partial, this.#path);
         await unlink(this.#partial);
         this.#store.created(dirname(this.#path));
+        await this.#store.journal?.closed(this.#store.root, this.relPath);
       }
       for (const dir of this.#dirs) await this.#store.syncIfDirty(dir);
       await this.#store.syncAboveRoot();
@@ -195,6 +197,7 @@ class LocalFile implements ArchiveFile {
     } catch (err) {
       if (errnoOf(err) !== "ENOENT") throw fsError(err, "abandon", this.#path);
     }
+    await this.#store.journal?.closed(this.#store.root, this.relPath);
   }
 }
 
@@ -218,10 +221,13 @@ class FileStore implements ArchiveStore {
   #seq = 0;
 
   readonly publish: boolean;
+  /** Publishing only: marks each hidden file while it is written, so a restart finds what a kill left. */
+  readonly journal: PartialJournal | undefined;
 
-  constructor(root: string, publish: boolean) {
+  constructor(root: string, publish: boolean, journal: PartialJournal | undefined) {
     this.root = root;
     this.publish = publish;
+    this.journal = publish ? journal : undefined;
   }
 
   async open(relPath: string): Promise<ArchiveFile> {
@@ -232,10 +238,12 @@ class FileStore implements ArchiveStore {
     const first = await mkdirs(dir);
     if (first !== undefined) for (const d of dirsUpTo(dir, first)) this.#markDirty(dirname(d));
     let handle: FileHandle;
+    await this.journal?.opened(this.root, relPath);
     try {
       // "ax": appends only, and never replaces a file already there.
       handle = await open(this.publish ? partialPath(path) : path, "ax");
     } catch (err) {
+      await this.journal?.closed(this.root, relPath);
       throw fsError(err, "open", path);
     }
     if (!this.publish) this.#markDirty(dir);
@@ -299,8 +307,12 @@ class FileStore implements ArchiveStore {
 /**
  * The local backend for `file:///abs/path` (or an absolute path). `publish`: write each file under a hidden name and
  * give it its archive name only once it is synced (an archive destination); without it files are written in place
- * (staging, whose manifests tell a complete file from a torn one).
+ * (staging, whose manifests tell a complete file from a torn one). `journal`, publishing: marks each file while it
+ * is written (settlePartials reads the marks at the next start).
  */
-export function createFileStore(rootUrlOrPath: string, opts: { publish?: boolean } = {}): ArchiveStore {
-  return new FileStore(rootPath(rootUrlOrPath), opts.publish ?? false);
+export function createFileStore(
+  rootUrlOrPath: string,
+  opts: { publish?: boolean; journal?: PartialJournal } = {},
+): ArchiveStore {
+  return new FileStore(rootPath(rootUrlOrPath), opts.publish ?? false, opts.journal);
 }

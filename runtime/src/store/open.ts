@@ -1,11 +1,15 @@
 // The store a destination URL names. A file:// destination writes in place; s3, minio, gs and az stage each file
-// under <spool_dir>/uploads and upload it whole once it completes. Staging left by a previous process is settled
-// before anything new is staged.
+// under <spool_dir>/uploads and upload it whole once it completes. What a previous process left (staged files, or a
+// local destination's half-written files) is settled before anything new is written.
+import { resolve } from "node:path";
 import type { Logger } from "pino";
 import type { ResolvedConfig } from "../config/resolve.ts";
 import type { Metrics } from "../observe/metrics.ts";
 import { createFileStore } from "./file.ts";
 import { openObjectBackend } from "./object/open.ts";
+import { PartialJournal, partialsDir, settlePartials } from "./partials.ts";
+import { Quarantine } from "./quarantine.ts";
+import { uploadsDir } from "./manifest.ts";
 import { recoverStaging } from "./recovery.ts";
 import { checkSpoolFree, resolveSpoolBudget } from "./spool.ts";
 import { createStagingStore, type StagingStore } from "./staging.ts";
@@ -24,7 +28,23 @@ export async function openStore(
   log: Logger,
 ): Promise<OpenedStore> {
   const destination = cfg.archive.destination ?? "";
-  if (destination.startsWith("file:")) return { store: createFileStore(destination, { publish: true }) };
+  if (destination.startsWith("file:")) {
+    const dir = partialsDir(cfg.buffer.spool_dir);
+    await settlePartials({
+      dir,
+      mode: cfg.offsetsHeld ? "remove" : "quarantine",
+      quarantine: () =>
+        new Quarantine({
+          uploadsDir: uploadsDir(resolve(cfg.buffer.spool_dir)),
+          capBytes: resolveSpoolBudget(cfg, env).quarantineBytesCap,
+          metrics,
+          log,
+        }),
+      metrics,
+      log,
+    });
+    return { store: createFileStore(destination, { publish: true, journal: new PartialJournal(dir, log) }) };
+  }
 
   const backend = openObjectBackend(cfg, env, log);
   const budget = resolveSpoolBudget(cfg, env);

@@ -1,6 +1,8 @@
-// <spool_dir>/uploads/quarantine: staged files no process can upload, kept for an operator, at most
+// <spool_dir>/uploads/quarantine: staged files no process can upload, and a local destination's files a kill left
+// half written where nothing delivers their records again, kept for an operator, at most
 // buffer.quarantine_bytes_cap of them. A file that would push it past the cap is removed instead, and counted.
-import { lstat, mkdir, readdir, rename, unlink } from "node:fs/promises";
+import { constants } from "node:fs";
+import { copyFile, lstat, mkdir, readdir, rename, unlink } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import type { Metrics } from "../observe/metrics.ts";
@@ -35,32 +37,51 @@ export class Quarantine {
    * logged.
    */
   admit(entries: readonly string[], reason: QuarantineReason, why: string): Promise<"quarantined" | "removed"> {
+    const moves = entries.map((rel) => ({ from: join(this.#uploads, rel), rel }));
+    return this.#serial(moves, reason, why, dirname(join(this.#uploads, entries[0] ?? "")));
+  }
+
+  /** Moves one file from anywhere (another volume too) to `rel` under quarantine/, or removes it past the cap. */
+  admitFile(from: string, rel: string, reason: QuarantineReason, why: string): Promise<"quarantined" | "removed"> {
+    return this.#serial([{ from, rel }], reason, why, undefined);
+  }
+
+  #serial(
+    moves: readonly Move[],
+    reason: QuarantineReason,
+    why: string,
+    prune: string | undefined,
+  ): Promise<"quarantined" | "removed"> {
     // One at a time, so two admissions never both count on the last free bytes.
-    const run = this.#tail.then(() => this.#admit(entries, reason, why));
+    const run = this.#tail.then(() => this.#admit(moves, reason, why, prune));
     this.#tail = run.catch(() => undefined);
     return run;
   }
 
-  async #admit(entries: readonly string[], reason: QuarantineReason, why: string): Promise<"quarantined" | "removed"> {
-    const present: { rel: string; size: number }[] = [];
-    for (const rel of entries) {
+  async #admit(
+    moves: readonly Move[],
+    reason: QuarantineReason,
+    why: string,
+    prune: string | undefined,
+  ): Promise<"quarantined" | "removed"> {
+    const present: (Move & { size: number })[] = [];
+    for (const m of moves) {
       try {
-        present.push({ rel, size: (await lstat(join(this.#uploads, rel))).size });
+        present.push({ ...m, size: (await lstat(m.from)).size });
       } catch (err) {
-        if (errnoOf(err) !== "ENOENT") throw fsError(err, "stat", join(this.#uploads, rel));
+        if (errnoOf(err) !== "ENOENT") throw fsError(err, "stat", m.from);
       }
     }
     const bytes = present.reduce((sum, e) => sum + e.size, 0);
     const used = (this.#used ??= await sumSizes(this.#dir));
     const admitted = used + bytes <= this.#cap;
     if (admitted) this.#used = used + bytes;
-    for (const { rel } of present) {
-      const from = join(this.#uploads, rel);
+    for (const { from, rel } of present) {
       try {
         if (admitted) {
           const to = join(this.#dir, rel);
           await mkdir(dirname(to), { recursive: true });
-          await rename(from, to);
+          await move(from, to);
         } else {
           await unlink(from);
         }
@@ -68,8 +89,8 @@ export class Quarantine {
         throw fsError(err, admitted ? "quarantine" : "remove", from);
       }
     }
-    const path = entries[0] ?? "";
-    await pruneEmptyDirs(dirname(join(this.#uploads, path)), this.#uploads);
+    const path = moves[0]?.from ?? "";
+    if (prune !== undefined) await pruneEmptyDirs(prune, this.#uploads);
     if (admitted) {
       this.#m.stagedFilesQuarantined.inc({ reason });
       this.#log.warn({ path, reason, why, bytes }, "staged file moved to quarantine");
@@ -81,6 +102,23 @@ export class Quarantine {
       "staged file removed: quarantine is full (buffer.quarantine_bytes_cap)",
     );
     return "removed";
+  }
+}
+
+interface Move {
+  readonly from: string;
+  /** Where it goes, relative to quarantine/. */
+  readonly rel: string;
+}
+
+/** rename, or across volumes (a local destination's file into the spool's quarantine) a copy, then the unlink. */
+async function move(from: string, to: string): Promise<void> {
+  try {
+    await rename(from, to);
+  } catch (err) {
+    if (errnoOf(err) !== "EXDEV") throw err;
+    await copyFile(from, to, constants.COPYFILE_EXCL);
+    await unlink(from);
   }
 }
 
