@@ -1,11 +1,12 @@
 // Regenerates the checked-in text that has a source of truth elsewhere: README.md's config table, from the schema,
-// and the ArchivePipeline CRD, from the schema and operator/src/api/.
+// and the ArchivePipeline CRD, from the schema and operator/src/api/, with its copies in the Helm chart and kustomize.
 // Usage: node_modules/.bin/node scripts/generate.ts [README path] [CRD path]
-//   (defaults: README.md at the repo root, and the CRD at crds/<name>.yaml in the README's directory)
+//   (defaults: README.md at the repo root, and the CRD at crds/<name>.yaml in the README's directory; the copies are
+//   written only with the defaults)
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { TABLE_END, TABLE_START, spliceConfigTable } from "../runtime/src/config/docs.ts";
-import { CRD_FILE, crdYaml } from "../operator/src/api/crd.ts";
+import { CRD_COPIES, CRD_FILE, crdYaml } from "../operator/src/api/crd.ts";
 
 const readmePath = resolve(process.argv[2] ?? resolve(import.meta.dirname, "..", "README.md"));
 if (!existsSync(readmePath)) {
@@ -21,11 +22,16 @@ if (after === undefined) {
 if (after !== before) writeFileSync(readmePath, after);
 process.stdout.write(`generate: ${readmePath} config table ${after === before ? "already current" : "rewritten"}\n`);
 
-const crdPath = resolve(process.argv[3] ?? resolve(dirname(readmePath), CRD_FILE));
 const crd = crdYaml();
-const current = existsSync(crdPath) && readFileSync(crdPath, "utf8") === crd;
-if (!current) {
-  mkdirSync(dirname(crdPath), { recursive: true });
-  writeFileSync(crdPath, crd);
+const crdPaths =
+  process.argv[3] === undefined
+    ? [CRD_FILE, ...CRD_COPIES].map((f) => resolve(dirname(readmePath), f))
+    : [resolve(process.argv[3])];
+for (const crdPath of crdPaths) {
+  const current = existsSync(crdPath) && readFileSync(crdPath, "utf8") === crd;
+  if (!current) {
+    mkdirSync(dirname(crdPath), { recursive: true });
+    writeFileSync(crdPath, crd);
+  }
+  process.stdout.write(`generate: ${crdPath} ${current ? "already current" : "rewritten"}\n`);
 }
-process.stdout.write(`generate: ${crdPath} ${current ? "already current" : "rewritten"}\n`);

@@ -9,6 +9,8 @@ import { specSchema, statusSchema } from "./spec.ts";
 
 /** Where the CRD is checked in, relative to the repository root. */
 export const CRD_FILE = `crds/${CRD_NAME}.yaml`;
+/** Byte-identical copies, for packagers that read no file outside their own root (Helm's crds/, kustomize). */
+export const CRD_COPIES = [`charts/dfe-archiver-operator/crds/${CRD_NAME}.yaml`, `config/crd/bases/${CRD_NAME}.yaml`];
 
 export type JsonSchema = { [key: string]: unknown };
 
