@@ -200,20 +200,28 @@ export class Pipeline implements TransportSink {
   // ---- transport sink ----
 
   async onBatch(batch: InboundBatch): Promise<void> {
-    if (this.#draining) return;
+    if (this.#refusing()) return;
     this.#batchesRunning++;
     try {
       // A fetched batch can hold a whole compressed record batch (50k+ records): route it kafka.batch_size records
       // at a time, with back-pressure between.
       const chunk = this.#cfg.kafka.batch_size;
-      for (let from = 0; from < batch.records.length && !this.#draining; from += chunk) {
+      for (let from = 0; from < batch.records.length && !this.#refusing(); from += chunk) {
         this.#route(batch, from, Math.min(batch.records.length, from + chunk));
         this.#latch.check();
-        while (this.#saturated() && !this.#draining) await new Promise<void>((r) => this.#waiters.push(r));
+        while (this.#saturated() && !this.#refusing()) await new Promise<void>((r) => this.#waiters.push(r));
       }
     } finally {
       if (--this.#batchesRunning === 0) this.#batchesIdle?.();
     }
+  }
+
+  /**
+   * Once draining, a replayable source's batches are left for the restart to read again. A push listener's are
+   * already answered: its stopReceiving hands over everything it queued, and all of it is routed and written.
+   */
+  #refusing(): boolean {
+    return this.#draining !== undefined && this.#transport.replayable;
   }
 
   #route(batch: InboundBatch, from: number, to: number): void {
@@ -308,11 +316,7 @@ export class Pipeline implements TransportSink {
         this.#m.messagesDlq.inc(fit.length);
         this.#scheduleCommit();
       },
-      (err: unknown) => {
-        this.#tracker.release(hold, "errored");
-        this.#log.error({ err, entries: fit.length }, "DLQ write failed: offsets withheld");
-        this.#withhold("DLQ write failed");
-      },
+      (err: unknown) => this.#errored([hold], "DLQ write failed", { err, entries: fit.length }),
     );
     this.#inflight.add(sent);
     void sent.finally(() => this.#inflight.delete(sent));
@@ -457,12 +461,10 @@ export class Pipeline implements TransportSink {
     }
   }
 
-  /** A write that failed: its offsets stay unreleased (Errored) and the process drains and exits to read again. */
+  /** A write that failed: its batch is Errored. */
   #writeFailed(b: FlushBatch, err: unknown): void {
     this.#m.archiveErrors.inc();
-    this.#tracker.release(b.hold, "errored");
-    this.#log.error({ err, destination: b.destination, records: b.records }, "archive write failed: offsets withheld");
-    this.#withhold("archive write failed");
+    this.#errored([b.hold], "archive write failed", { err, destination: b.destination, records: b.records });
   }
 
   #completed(f: CompletedFile<Hold>): void {
@@ -485,12 +487,7 @@ export class Pipeline implements TransportSink {
       void read.finally(() => this.#inflight.delete(read));
       return;
     }
-    for (const h of f.tickets) this.#tracker.release(h, "errored");
-    this.#log.error(
-      { err: f.error, path: f.relPath, records: f.records },
-      "archive file could not complete: offsets withheld",
-    );
-    this.#withhold("archive file could not complete");
+    this.#errored(f.tickets, "archive file could not complete", { err: f.error, path: f.relPath, records: f.records });
   }
 
   /**
@@ -532,9 +529,7 @@ export class Pipeline implements TransportSink {
           }
         }
       } catch (readErr) {
-        this.#tracker.release(hold, "errored");
-        this.#log.error({ err: readErr, path: f.relPath }, "refused file could not be read back: offsets withheld");
-        this.#withhold("refused file could not be read back");
+        this.#errored([hold], "refused file could not be read back", { err: readErr, path: f.relPath });
         return;
       }
       this.#log.warn({ err, path: f.relPath, records: f.records }, "store refused the file for good: dead-lettering");
@@ -543,6 +538,25 @@ export class Pipeline implements TransportSink {
     await this.#staging
       ?.discard(f.relPath)
       .catch((e: unknown) => this.#log.warn({ err: e }, "refused copy not removed"));
+    this.#scheduleCommit();
+  }
+
+  /**
+   * Releases holds Errored. Where the source reads them again from the held offsets (kafka with acknowledgements),
+   * the process drains and exits so the restart does. A source that cannot deliver them again (grpc, or kafka with
+   * acknowledgements off) has already let them go: they are counted dropped as unreplayable and the pipeline runs on.
+   */
+  #errored(holds: readonly Hold[], reason: string, fields: Record<string, unknown>): void {
+    if (this.#cfg.offsetsHeld) {
+      for (const h of holds) this.#tracker.release(h, "errored");
+      this.#log.error(fields, `${reason}: offsets withheld`);
+      this.#withhold(reason);
+      return;
+    }
+    let records = 0;
+    for (const h of holds) records += this.#tracker.release(h, "dropped");
+    this.#m.messagesDropped.inc({ reason: "unreplayable" }, records);
+    this.#log.error({ ...fields, records }, `${reason}: records dropped, the source cannot deliver them again`);
     this.#scheduleCommit();
   }
 

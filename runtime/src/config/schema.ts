@@ -248,6 +248,15 @@ const grpcSchema = z
         ca_path: z.string().min(1).optional().describe("PEM CA that client certificates must chain to (mutual TLS)."),
       })
       .superRefine(pairCheck("cert_path", "key_path"))
+      .superRefine((v, ctx) => {
+        if (v.ca_path !== undefined && v.cert_path === undefined)
+          ctx.addIssue({
+            code: "custom",
+            path: ["cert_path"],
+            input: undefined,
+            message: "is required when ca_path is set: mutual TLS is served over TLS; set cert_path and key_path",
+          });
+      })
       .prefault({})
       .describe("TLS for the Push listener; unset serves plaintext."),
   })

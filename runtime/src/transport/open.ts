@@ -1,9 +1,12 @@
-// Builds the configured Transport, and the Kafka auth options the consumer and the DLQ producer share.
+// Builds the configured Transport (a Kafka consumer or the gRPC Push listener), and the Kafka auth options the
+// consumer and the DLQ producer share.
 import { readFileSync } from "node:fs";
+import { ServerCredentials } from "@grpc/grpc-js";
 import type { Logger } from "pino";
 import type { ResolvedConfig } from "../config/resolve.ts";
 import { ConfigError } from "../errors.ts";
 import type { MemoryLimit } from "../regulate/memory.ts";
+import { GrpcTransport } from "./grpc.ts";
 import { KafkaTransport } from "./kafka.ts";
 import { PlatformaticKafkaTransport } from "./platformatic.ts";
 import type { KafkaTransportOptions, Transport } from "./types.ts";
@@ -49,7 +52,42 @@ function kafkaTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit): 
   });
 }
 
+function readPem(key: string, path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (err) {
+    throw new ConfigError(key, `cannot read ${path} (${(err as Error).message}): point it at a readable PEM file`);
+  }
+}
+
+/** Plaintext unless grpc.tls names a certificate; with ca_path a client must present a certificate it signed. */
+export function grpcCredentials(tls: ResolvedConfig["grpc"]["tls"]): ServerCredentials {
+  if (tls.cert_path === undefined || tls.key_path === undefined) return ServerCredentials.createInsecure();
+  const pair = {
+    cert_chain: readPem("grpc.tls.cert_path", tls.cert_path),
+    private_key: readPem("grpc.tls.key_path", tls.key_path),
+  };
+  const ca = tls.ca_path === undefined ? null : readPem("grpc.tls.ca_path", tls.ca_path);
+  return ServerCredentials.createSsl(ca, [pair], ca !== null);
+}
+
+function grpcTransport(cfg: ResolvedConfig, log: Logger): Transport {
+  const g = cfg.grpc;
+  if (g.listen === undefined) {
+    throw new ConfigError(
+      "grpc.listen",
+      "is required when transport is grpc; set it or DFE_ARCHIVER_GRPC_LISTEN to host:port",
+    );
+  }
+  return new GrpcTransport({
+    listen: g.listen,
+    credentials: grpcCredentials(g.tls),
+    maxMessageBytes: g.max_message_bytes,
+    queueRecords: g.queue_records,
+    log,
+  });
+}
+
 export function openTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit): Transport {
-  if (cfg.transport === "kafka") return kafkaTransport(cfg, log, memory);
-  throw new ConfigError("transport", "grpc is not available in this build yet; use transport: kafka");
+  return cfg.transport === "kafka" ? kafkaTransport(cfg, log, memory) : grpcTransport(cfg, log);
 }
