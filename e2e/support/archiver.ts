@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join, relative, resolve } from "node:path";
 import type { TestContext } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
+import { GetObjectCommand, ListObjectsV2Command, type S3Client } from "@aws-sdk/client-s3";
 import { stringify } from "yaml";
 import { kafka } from "./testbed.ts";
 
@@ -159,9 +160,7 @@ export function decompressWithCli(file: string): Buffer {
 /** The archived lines of every file under root, grouped by the file's destination directory. */
 export function readArchive(root: string): { files: { path: string; lines: string[] }[]; lines: string[] } {
   const files = archiveFiles(root).map((f) => {
-    const text = decompressWithCli(join(root, f.path)).toString("utf8");
-    const lines = text.endsWith("\n") ? text.slice(0, -1).split("\n") : text === "" ? [] : text.split("\n");
-    return { path: f.path, lines };
+    return { path: f.path, lines: linesOf(decompressWithCli(join(root, f.path))) };
   });
   return { files, lines: files.flatMap((f) => f.lines) };
 }
@@ -220,4 +219,85 @@ export async function waitCommittedToEnd(
     timeoutMs,
     what,
   );
+}
+
+/** Every record on `topic` from the beginning, once at least `count` have arrived (fails after `timeoutMs`). */
+export async function readTopic(topic: string, count: number, timeoutMs = 30_000): Promise<Buffer[]> {
+  const consumer = kafka().consumer({ groupId: `read-${topic}-${Date.now()}`, maxBytes: 64 << 20 });
+  await consumer.connect();
+  const values: Buffer[] = [];
+  try {
+    await consumer.subscribe({ topics: [topic], fromBeginning: true });
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${values.length} of ${count} records on ${topic}`)), timeoutMs);
+      const check = () => {
+        if (values.length < count) return;
+        clearTimeout(timer);
+        resolve();
+      };
+      check();
+      consumer
+        .run({
+          eachMessage: async ({ message }) => {
+            values.push(message.value ?? Buffer.alloc(0));
+            check();
+          },
+        })
+        .catch(reject);
+    });
+  } finally {
+    await consumer.disconnect();
+  }
+  return values;
+}
+
+/** A DLQ entry as the archiver writes it, its payload decoded. */
+export interface DlqEntry {
+  payload: Buffer;
+  reason: string;
+  destination: string;
+  topic?: string;
+  partition?: number;
+  offset?: string;
+  records?: number;
+  block?: boolean;
+}
+
+export async function readDlq(topic: string, count: number, timeoutMs = 30_000): Promise<DlqEntry[]> {
+  return (await readTopic(topic, count, timeoutMs)).map((v) => {
+    const e = JSON.parse(v.toString()) as Omit<DlqEntry, "payload"> & { payload: string };
+    return { ...e, payload: Buffer.from(e.payload, "base64") };
+  });
+}
+
+/** An object of a bucket: its key, its metadata and its content decompressed with the codec's own CLI. */
+export interface ArchivedObject {
+  key: string;
+  metadata: Record<string, string>;
+  content: Buffer;
+}
+
+/** Every object under the bucket, read whole and decompressed with the codec's CLI (`dir` holds the copies). */
+export async function readBucket(s3: S3Client, bucket: string, dir: string): Promise<ArchivedObject[]> {
+  const out: ArchivedObject[] = [];
+  let token: string | undefined;
+  do {
+    const page = await s3.send(new ListObjectsV2Command({ Bucket: bucket, ContinuationToken: token }));
+    for (const o of page.Contents ?? []) {
+      const Key = o.Key ?? "";
+      const got = await s3.send(new GetObjectCommand({ Bucket: bucket, Key }));
+      const file = join(dir, `object-${out.length}${Key.slice(Key.lastIndexOf("."))}`);
+      writeFileSync(file, Buffer.from((await got.Body?.transformToByteArray()) ?? []));
+      out.push({ key: Key, metadata: got.Metadata ?? {}, content: decompressWithCli(file) });
+      rmSync(file);
+    }
+    token = page.NextContinuationToken;
+  } while (token !== undefined);
+  return out;
+}
+
+/** The lines of a decompressed archive file (each record followed by a newline). */
+export function linesOf(content: Buffer): string[] {
+  const text = content.toString("utf8");
+  return text === "" ? [] : text.slice(0, text.endsWith("\n") ? -1 : undefined).split("\n");
 }

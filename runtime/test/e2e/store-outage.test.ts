@@ -3,14 +3,14 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { CreateBucketCommand, GetObjectCommand, ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
+import { CreateBucketCommand, S3Client } from "@aws-sdk/client-s3";
 import { kafkaTopic, need, privateMinio, uniqueName } from "../../../e2e/support/testbed.ts";
 import {
-  decompressWithCli,
+  linesOf,
   produce,
+  readBucket,
   startArchiver,
   tempDir,
   waitCommittedToEnd,
@@ -100,20 +100,11 @@ test("MinIO down for 60 s mid-stream: nothing lost, staging bounded, intake paus
   );
   assert.equal(await a.stop(), 0);
 
-  const ids = new Set<number>();
-  let lines = 0;
-  const page = await s3.send(new ListObjectsV2Command({ Bucket: bucket, MaxKeys: 1000 }));
-  for (const [i, o] of (page.Contents ?? []).entries()) {
-    const got = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: o.Key }));
-    const file = join(dir, `o${i}.zst`);
-    writeFileSync(file, Buffer.from((await got.Body?.transformToByteArray()) ?? []));
-    for (const l of decompressWithCli(file).toString().trimEnd().split("\n")) {
-      ids.add((JSON.parse(l) as { id: number }).id);
-      lines++;
-    }
-  }
+  const objects = await readBucket(s3, bucket, dir);
+  const lines = objects.flatMap((o) => linesOf(o.content));
+  const ids = new Set(lines.map((l) => (JSON.parse(l) as { id: number }).id));
   t.diagnostic(
-    `produced=${N1 + N2} archived_lines=${lines} distinct=${ids.size} duplicates=${lines - ids.size} max_staged=${maxStaged} max_pending=${maxPending} upload_errors=${errors}`,
+    `produced=${N1 + N2} archived_lines=${lines.length} distinct=${ids.size} duplicates=${lines.length - ids.size} max_staged=${maxStaged} max_pending=${maxPending} upload_errors=${errors}`,
   );
   assert.equal(ids.size, N1 + N2, "every record archived");
 });

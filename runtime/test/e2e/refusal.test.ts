@@ -1,0 +1,161 @@
+// Permanent refusals against a real store (the testbed's MinIO): a key past 1024 bytes, refused before any record is
+// staged, and an EntityTooLarge answer to the upload of a part. An HTTP proxy in front of MinIO gives that answer,
+// for the keys of one destination only; every other request, and every other answer, is MinIO's own. Every refused
+// record reaches the Kafka DLQ and the offsets are committed.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createServer, request } from "node:http";
+import { readdirSync } from "node:fs";
+import { join } from "node:path";
+import { ListMultipartUploadsCommand } from "@aws-sdk/client-s3";
+import { kafkaTopic, minioBucket, need, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
+import {
+  linesOf,
+  produce,
+  readBucket,
+  readDlq,
+  startArchiver,
+  tempDir,
+  waitCommittedToEnd,
+  type RunningArchiver,
+} from "../../../e2e/support/archiver.ts";
+
+/** Forwards to MinIO, but answers EntityTooLarge to each UploadPart of a key holding `refuse`. */
+async function refusingProxy(t: Parameters<typeof tempDir>[0], refuse: string): Promise<{ endpoint: string }> {
+  const target = new URL(need("TESTBED_MINIO_ENDPOINT"));
+  let refused = 0;
+  const server = createServer((req, res) => {
+    const url = new URL(req.url ?? "/", "http://proxy");
+    if (req.method === "PUT" && url.searchParams.has("partNumber") && url.pathname.includes(refuse)) {
+      refused++;
+      req.resume();
+      req.on("end", () => {
+        res.writeHead(400, { "content-type": "application/xml" });
+        res.end(
+          `<?xml version="1.0" encoding="UTF-8"?><Error><Code>EntityTooLarge</Code>` +
+            `<Message>Your proposed upload exceeds the maximum allowed object size.</Message>` +
+            `<Resource>${url.pathname}</Resource><RequestId>refused-${refused}</RequestId></Error>`,
+        );
+      });
+      return;
+    }
+    // The Host header is signed, so it passes unchanged; Expect is never signed and the proxy answers it itself.
+    const headers = { ...req.headers };
+    delete headers.expect;
+    const up = request(
+      { host: target.hostname, port: target.port, method: req.method, path: req.url, headers },
+      (answer) => {
+        res.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(res);
+      },
+    );
+    up.on("error", (err) => res.destroy(err));
+    req.pipe(up);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  t.after(() => new Promise<void>((r) => server.close(() => r())));
+  const a = server.address();
+  return { endpoint: `http://127.0.0.1:${typeof a === "object" && a ? a.port : 0}` };
+}
+
+const stagedFiles = (dir: string): string[] => {
+  try {
+    return readdirSync(dir, { recursive: true, withFileTypes: true })
+      .filter((e) => e.isFile())
+      .map((e) => join(e.parentPath, e.name));
+  } catch {
+    return [];
+  }
+};
+
+test("a key past 1024 bytes and an EntityTooLarge answer: every record reaches the DLQ, the offsets are committed", async (t) => {
+  const LONG = 60;
+  const HUGE = 800;
+  const SPLIT = 40; // records holding newlines of their own: their file has more lines than records
+  const OK = 1000;
+  const dir = tempDir(t);
+  const topic = await kafkaTopic(t, { partitions: 2 });
+  const dlqTopic = await kafkaTopic(t, { prefix: "dlq" });
+  const groupId = uniqueName("g");
+  const bucket = await minioBucket(t);
+  const proxy = await refusingProxy(t, "/huge");
+  const longOrg = "k".repeat(1100);
+  const record = (i: number): string => {
+    if (i < LONG) return JSON.stringify({ id: i, _org_id: longOrg });
+    if (i < LONG + HUGE) return JSON.stringify({ id: i, _org_id: "huge", pad: "h".repeat(i % 90) });
+    if (i < LONG + HUGE + SPLIT) return `{"id":${i},\n"_org_id":"hugesplit",\n"note":"two\\nthree"}`;
+    return JSON.stringify({ id: i, _org_id: "ok", pad: "o".repeat(i % 90) });
+  };
+  const N = LONG + HUGE + SPLIT + OK;
+  await produce(topic, N, (i) => ({ value: record(i) }));
+  const spool = join(dir, "spool");
+  const a: RunningArchiver = await startArchiver(t, {
+    kafka: { brokers: need("TESTBED_KAFKA_BROKERS").split(","), group_id: groupId, topics: [topic] },
+    archive: {
+      destination: `minio://${bucket}/a`,
+      minio: {
+        endpoint: proxy.endpoint,
+        access_key: need("TESTBED_MINIO_ACCESS_KEY"),
+        secret_key: need("TESTBED_MINIO_SECRET_KEY"),
+      },
+      roll_interval_secs: 2,
+    },
+    buffer: { spool_dir: spool, flush_age_secs: 1 },
+    routing: { mode: "expression", expression_fields: ["_org_id"] },
+    dlq: { enabled: true, topic: dlqTopic },
+    logger: { level: "warn" },
+  });
+  await waitCommittedToEnd(groupId, topic, 90_000, () => `offsets not released:\n${a.output().slice(-4000)}`);
+  const dlqTotal = await a.metric("messages_dlq_total");
+  const archived = await a.metric("messages_archived_total");
+  const dropped = await a.metric("messages_dropped_total");
+  assert.equal(a.proc.exitCode, null, "the process keeps running");
+  assert.equal(await a.stop(), 0);
+
+  // The DLQ: one entry per record for the long key and for the refused file of one-line records; whole blocks for the
+  // file whose records hold newlines, so no record is split across entries.
+  const entries = await readDlq(dlqTopic, dlqTotal);
+  const long = entries.filter((e) => e.destination.includes("kkkk"));
+  const huge = entries.filter((e) => e.destination.endsWith("/huge"));
+  const split = entries.filter((e) => e.destination.endsWith("/hugesplit"));
+  assert.equal(long.length, LONG);
+  assert.ok(long.every((e) => /over the 1024-byte limit/.test(e.reason) && e.topic === topic));
+  assert.deepEqual(new Set(long.map((e) => e.payload.toString())), new Set([...Array(LONG).keys()].map(record)));
+  assert.equal(huge.length, HUGE);
+  assert.ok(huge.every((e) => /EntityTooLarge/.test(e.reason)));
+  assert.deepEqual(
+    new Set(huge.map((e) => e.payload.toString())),
+    new Set(Array.from({ length: HUGE }, (_, i) => record(LONG + i))),
+  );
+  assert.ok(split.length > 0 && split.every((e) => e.block === true));
+  assert.equal(
+    split.reduce((n, e) => n + (e.records ?? 0), 0),
+    SPLIT * 3,
+    "each block entry counts the lines it carries",
+  );
+  const splitText = split.map((e) => e.payload.toString()).join("");
+  for (let i = LONG + HUGE; i < LONG + HUGE + SPLIT; i++)
+    assert.ok(splitText.includes(`${record(i)}\n`), `record ${i}`);
+
+  // The store holds the accepted destination only, and no part of a refused upload is left behind.
+  const s3 = s3Client();
+  t.after(() => s3.destroy());
+  const objects = await readBucket(s3, bucket, dir);
+  assert.ok(objects.every((o) => o.key.includes("/ok/")));
+  const okLines = objects.flatMap((o) => linesOf(o.content));
+  const okIds = new Set(okLines.map((l) => (JSON.parse(l) as { id: number }).id));
+  assert.equal(okIds.size, OK);
+  const leftover = await s3.send(new ListMultipartUploadsCommand({ Bucket: bucket }));
+  assert.equal(leftover.Uploads?.length ?? 0, 0, "each refused attempt aborted its multipart upload");
+  assert.deepEqual(stagedFiles(join(spool, "uploads")), [], "refused files discarded once dead-lettered");
+
+  const deadLettered = long.length + huge.length + SPLIT;
+  t.diagnostic(
+    `produced=${N} archived=${okIds.size} (messages_archived_total=${archived}) dead_lettered=${deadLettered} ` +
+      `(entries=${entries.length}: ${long.length} key_too_long, ${huge.length} EntityTooLarge, ${split.length} whole blocks of ${SPLIT} records) ` +
+      `dropped=${dropped} duplicated=${okLines.length - okIds.size}`,
+  );
+  assert.equal(archived, OK);
+  assert.equal(dropped, 0);
+  assert.equal(deadLettered + okIds.size, N, "every record archived or dead-lettered");
+});
