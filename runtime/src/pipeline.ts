@@ -21,6 +21,7 @@ import type { InboundBatch, Transport, TransportSink } from "./transport/types.t
 import type { MemoryLimit } from "./regulate/memory.ts";
 import { createLatch, latchSources, type Latch } from "./regulate/latch.ts";
 import { createPressure, type Pressure } from "./regulate/pressure.ts";
+import { createSinkCircuit, SinkTally, type SinkCircuit, type SinkOutcomes } from "./regulate/circuit.ts";
 import { readRss } from "./regulate/sampler.ts";
 import { ArchiverError, ConfigError, isRetryable } from "./errors.ts";
 
@@ -63,6 +64,10 @@ export class Pipeline implements TransportSink {
   readonly #dlq: KafkaDlq | undefined;
   readonly #latch: Latch;
   readonly #pressure: Pressure;
+  readonly #circuit: SinkCircuit;
+  /** What the sink circuit reads: the staging store's uploads, or for a local destination its writes. */
+  readonly #sinkAttempts: SinkOutcomes;
+  readonly #localWrites: SinkTally | undefined;
   /** Assigned partitions, so the latch pauses and resumes all of them. */
   readonly #assigned = new Map<string, PartitionRef>();
   #received = 0;
@@ -170,6 +175,18 @@ export class Pipeline implements TransportSink {
       hotBufferCapBytes: capBytes,
       kafkaLag: cfg.transport === "kafka",
       gauge: this.#m.scalingPressure,
+    });
+    const localWrites = new SinkTally();
+    this.#localWrites = staging ? undefined : localWrites;
+    this.#sinkAttempts = staging?.attempts ?? localWrites;
+    this.#circuit = createSinkCircuit({
+      gauge: this.#m.sinkCircuitOpen,
+      onChange: (open) => {
+        this.#pressure.setSinkOpen(open);
+        if (staging) this.#health?.set("sink", open ? "degraded" : "ok", open ? "every upload is failing" : undefined);
+        if (open) this.#log.warn("sink circuit open: every write is failing; scaling pressure reads 0 until one lands");
+        else this.#log.info("sink circuit closed: writes land again");
+      },
     });
     const guarantee = cfg.offsetsHeld
       ? { guarantee: "at_least_once", reason: "offsets_held_until_durable" }
@@ -438,6 +455,7 @@ export class Pipeline implements TransportSink {
     for (let failures = 0; ;) {
       try {
         await this.#writers.append(b.destination, frame, b.records, bytes, b.hold);
+        this.#localWrites?.ok();
         if (failures > 0) {
           this.#log.info({ destination: b.destination, failures }, "local write landed after retries");
           if (--this.#stalled === 0) this.#health?.set("sink", "ok");
@@ -451,6 +469,7 @@ export class Pipeline implements TransportSink {
           if (failures > 0 && --this.#stalled === 0) this.#health?.set("sink", "ok");
           throw err;
         }
+        this.#localWrites?.fail();
         if (failures++ === 0) {
           this.#stalled++;
           this.#health?.set("sink", "degraded", `local write failing, batch held and retried: ${String(err)}`);
@@ -514,12 +533,11 @@ export class Pipeline implements TransportSink {
           for (let at = block.indexOf(0x0a); at >= 0; at = block.indexOf(0x0a, at + 1)) lines++;
         }
         const whole = lines > f.records;
+        let index = 0;
         for await (const block of readBlocks(this.#codec, staged.stagedPath, staged.blockLengths)) {
           const base = { reason, destination, topic: undefined, partition: undefined, offset: undefined };
           if (whole) {
-            let n = 0;
-            for (let at = block.indexOf(0x0a); at >= 0; at = block.indexOf(0x0a, at + 1)) n++;
-            letters.push({ ...base, payload: block, records: n });
+            letters.push({ ...base, payload: block, records: staged.blockRecords[index++] ?? 0 });
             continue;
           }
           let start = 0;
@@ -623,6 +641,7 @@ export class Pipeline implements TransportSink {
     for (const v of this.#lag.values()) lag += v;
     this.#m.kafkaLag.set(lag);
     this.#latch.check();
+    this.#circuit.cycle(this.#sinkAttempts);
     this.#pressure.update({
       lagRecords: lag,
       receivedRecords: this.#received,

@@ -81,6 +81,7 @@ interface OpenFile<T> {
   readonly openedAt: number;
   readonly tickets: T[];
   readonly blockLengths: number[];
+  readonly blockRecords: number[];
   records: number;
   rawBytes: number;
   rollQueued: boolean;
@@ -250,6 +251,7 @@ class Pool<T> implements WriterPool<T> {
       throw err;
     }
     f.blockLengths.push(frame.length);
+    f.blockRecords.push(records);
     const lastTicket = f.tickets[f.tickets.length - 1];
     if (lastTicket === undefined || !this.#o.merge?.(lastTicket, ticket)) f.tickets.push(ticket);
     f.records += records;
@@ -280,6 +282,7 @@ class Pool<T> implements WriterPool<T> {
       openedAt,
       tickets: [],
       blockLengths: [],
+      blockRecords: [],
       records: 0,
       rawBytes: 0,
       rollQueued: false,
@@ -310,9 +313,9 @@ class Pool<T> implements WriterPool<T> {
     this.#o.metrics.archiveRoll.inc({ trigger });
     this.#o.metrics.filesClosed.inc();
     const closedAt = this.#now();
-    const { records, openedAt, blockLengths } = f;
+    const { records, openedAt, blockLengths, blockRecords } = f;
     try {
-      await f.file.complete({ records, codec: this.#o.codecName, openedAt, closedAt, blockLengths });
+      await f.file.complete({ records, codec: this.#o.codecName, openedAt, closedAt, blockLengths, blockRecords });
     } catch (err) {
       this.#o.metrics.archiveErrors.inc();
       return this.#report(w, f, closedAt, { error: err });

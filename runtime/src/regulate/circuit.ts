@@ -40,7 +40,7 @@ export function createSinkCircuit(opts: SinkCircuitOptions): SinkCircuit {
     cycle(o) {
       const succeeded = o.succeeded - last.succeeded;
       const failed = o.failed - last.failed;
-      last = o;
+      last = { succeeded: o.succeeded, failed: o.failed };
       // A success closes it even when the same cycle also saw failures: the sink can take writes.
       if (succeeded > 0) set(false);
       else if (failed > 0) set(true);

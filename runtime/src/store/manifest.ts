@@ -17,6 +17,8 @@ export interface ManifestJson {
   readonly key: string;
   readonly size: number;
   readonly blockLengths: readonly number[];
+  /** Records in each block. */
+  readonly blockRecords: readonly number[];
   readonly records: number;
   readonly codec: string;
   readonly openedAt: number;
@@ -68,11 +70,18 @@ export function parseManifest(text: string): ManifestJson | { error: string } {
   for (const field of ["size", "records", "openedAt", "closedAt"] as const)
     if (!isCount(m[field])) return { error: `${field} is not a whole number` };
   if (!Array.isArray(m.blockLengths) || !m.blockLengths.every(isCount)) return { error: "blockLengths is not a list" };
+  if (
+    !Array.isArray(m.blockRecords) ||
+    !m.blockRecords.every(isCount) ||
+    m.blockRecords.length !== m.blockLengths.length
+  )
+    return { error: "blockRecords is not a list as long as blockLengths" };
   return {
     version: 1,
     key: m.key,
     size: m.size as number,
     blockLengths: m.blockLengths as number[],
+    blockRecords: m.blockRecords as number[],
     records: m.records as number,
     codec: m.codec,
     openedAt: m.openedAt as number,

@@ -174,6 +174,7 @@ class StagedFile implements ArchiveFile {
       key: this.#key,
       size: this.#local.size,
       blockLengths: [...meta.blockLengths],
+      blockRecords: [...meta.blockRecords],
       records: meta.records,
       codec: meta.codec,
       openedAt: meta.openedAt,

@@ -12,6 +12,8 @@ export interface FileMeta {
   readonly closedAt: number;
   /** Length of each appended frame, in order: one block per flush, readable back on its own. */
   readonly blockLengths: readonly number[];
+  /** Records in each block, in the same order: what a block dead-lettered whole carries. */
+  readonly blockRecords: readonly number[];
 }
 
 export interface ArchiveFile {

@@ -232,6 +232,7 @@ test("a file rolls once its compressed size reaches roll_size_bytes, and the nex
     openedAt: T0,
     closedAt: T0,
     blockLengths: [4, 4, 4],
+    blockRecords: [100, 100, 100],
   });
   assert.equal(await value(metrics.archiveRoll, { trigger: "size" }), 2);
   assert.equal(await value(metrics.archiveRoll, { trigger: "shutdown" }), 1);
@@ -414,6 +415,7 @@ test("a failed append is cut back to the last whole block and its ticket stays w
   assert.equal(store.files.length, 1);
   assert.equal(store.files[0]?.data.toString(), "one;two;");
   assert.deepEqual(store.files[0]?.meta?.blockLengths, [4, 4]);
+  assert.deepEqual(store.files[0]?.meta?.blockRecords, [1, 1], "the cut-back append counted once");
   assert.deepEqual(completed[0]?.tickets, [0, 1]);
   assert.equal(await value(metrics.archiveErrors), 1);
 });

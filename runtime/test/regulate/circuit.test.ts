@@ -32,6 +32,15 @@ test("a cycle in which every attempt failed opens the circuit; the next success 
   assert.deepEqual(gauge, [0, 1, 0]);
 });
 
+test("the live tally can be passed itself: each cycle reads what changed since the last", () => {
+  const tally = new SinkTally();
+  const circuit = createSinkCircuit({ onChange: () => undefined });
+  tally.fail();
+  assert.equal(circuit.cycle(tally), true);
+  tally.ok();
+  assert.equal(circuit.cycle(tally), false);
+});
+
 test("counts are read as totals: only what happened since the last cycle matters", () => {
   const { circuit } = harness();
   assert.equal(circuit.cycle({ succeeded: 100, failed: 0 }), false);

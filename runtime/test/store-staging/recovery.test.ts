@@ -14,7 +14,14 @@ const exists = (path: string) =>
   );
 
 const FRAMES = [Buffer.from("a block\n"), Buffer.alloc(300, 1)];
-const META = { records: 3, codec: "gzip", openedAt: 1000, closedAt: 2000, blockLengths: [8, 300] };
+const META = {
+  records: 3,
+  codec: "gzip",
+  openedAt: 1000,
+  closedAt: 2000,
+  blockLengths: [8, 300],
+  blockRecords: [1, 2],
+};
 
 /** Complete staged files with manifests, as a process killed mid-upload leaves them. */
 async function leaveComplete(spool: string, relPaths: string[]): Promise<void> {
@@ -46,7 +53,17 @@ async function put(root: string, files: Record<string, string | Buffer>): Promis
 }
 
 const manifest = (size: number, blockLengths = [size]) =>
-  JSON.stringify({ version: 1, key: "k", size, blockLengths, records: 1, codec: "zstd", openedAt: 0, closedAt: 0 });
+  JSON.stringify({
+    version: 1,
+    key: "k",
+    size,
+    blockLengths,
+    blockRecords: blockLengths.map(() => 1),
+    records: blockLengths.length,
+    codec: "zstd",
+    openedAt: 0,
+    closedAt: 0,
+  });
 
 /** A spool left with every kind of staged file, and an operator's quarantine. */
 async function messySpool(): Promise<string> {

@@ -31,6 +31,7 @@ const META: FileMeta = {
   openedAt: 1_700_000_000_000,
   closedAt: 1_700_000_300_000,
   blockLengths: FRAMES.map((f) => f.length),
+  blockRecords: [1, 40, 1],
 };
 
 const exists = (path: string) =>
@@ -99,6 +100,7 @@ test("a staged file is written under uploads/, manifested, uploaded whole, then 
     key: `archive/${REL}`,
     size: SIZE,
     blockLengths: [12, 5000, 4],
+    blockRecords: [1, 40, 1],
     records: 42,
     codec: "zstd",
     openedAt: META.openedAt,

@@ -9,7 +9,7 @@ import { ArchiverError } from "../../src/errors.ts";
 import { createFileStore, fsError } from "../../src/store/file.ts";
 import type { FileMeta } from "../../src/store/types.ts";
 
-const META: FileMeta = { records: 1, codec: "zstd", openedAt: 0, closedAt: 0, blockLengths: [] };
+const META: FileMeta = { records: 1, codec: "zstd", openedAt: 0, closedAt: 0, blockLengths: [], blockRecords: [] };
 
 let dir: string;
 beforeEach(async () => {
@@ -208,7 +208,7 @@ test("a publishing store keeps a file under a hidden name until it completes", a
   const f = await store.open("a/b/file.jsonl.zst");
   await f.append(Buffer.from("frame"));
   assert.deepEqual(await readdir(join(root, "a/b")), [".file.jsonl.zst.partial"]);
-  await f.complete({ records: 1, codec: "zstd", openedAt: 0, closedAt: 1, blockLengths: [5] });
+  await f.complete({ records: 1, codec: "zstd", openedAt: 0, closedAt: 1, blockLengths: [5], blockRecords: [1] });
   assert.deepEqual(await readdir(join(root, "a/b")), ["file.jsonl.zst"]);
   assert.equal(await readFile(join(root, "a/b/file.jsonl.zst"), "utf8"), "frame");
   const g = await store.open("a/b/other.jsonl.zst");

@@ -10,7 +10,7 @@ import { Quarantine } from "../../src/store/quarantine.ts";
 import type { FileMeta } from "../../src/store/types.ts";
 import { captureLog, metric, newMetrics, tempDir } from "../store-staging/helpers.ts";
 
-const META: FileMeta = { records: 1, codec: "zstd", openedAt: 0, closedAt: 0, blockLengths: [3] };
+const META: FileMeta = { records: 1, codec: "zstd", openedAt: 0, closedAt: 0, blockLengths: [3], blockRecords: [1] };
 const A = "events/acme/2026/12/02/13-000001-k3x9a2_1.jsonl.zst";
 const B = "events/acme/2026/12/02/13-000002-k3x9a2_1.jsonl.zst";
 const C = "logs/13-000001-k3x9a2_2.jsonl.zst";
