@@ -1,6 +1,6 @@
 // A sender's side of the Push RPC, as the previous stage (or scripts/push.ts) uses it: a typed client, and a push
 // that waits out the archiver's pushback (RESOURCE_EXHAUSTED with grpc-retry-pushback-ms) however long it lasts,
-// where grpc-js's own retry policy gives up after five attempts.
+// where grpc-js's own retry policy gives up after five attempts, and a stream writer that follows flow control.
 import {
   credentials as channelCredentials,
   makeGenericClientConstructor,
@@ -56,6 +56,38 @@ export function pushbackMs(err: unknown): number | undefined {
   const [hint] = e.metadata.get(PUSHBACK_TRAILER);
   const ms = Number(hint);
   return hint === undefined || !Number.isFinite(ms) || ms < 0 ? undefined : ms;
+}
+
+export interface StreamOutcome {
+  /** One per request answered, in request order: the first responses.length requests were queued. */
+  responses: PushResponse[];
+  /** Why the stream ended early (UNAVAILABLE: the archiver is shutting down); absent when it ended OK. */
+  error?: ServiceError;
+}
+
+/**
+ * Writes the requests on one PushStream, waiting whenever the stream's flow control holds the writer back (a full
+ * queue or paused intake), then half-closes; resolves once the archiver ends the stream.
+ */
+export async function streamPushes(client: PushClient, reqs: Iterable<PushRequestInput>): Promise<StreamOutcome> {
+  const call = client.stream();
+  const responses: PushResponse[] = [];
+  let error: ServiceError | undefined;
+  call.on("data", (r: PushResponse) => responses.push(r));
+  const ended = new Promise<void>((resolve) => {
+    call.on("error", (e: ServiceError) => {
+      error = e;
+      resolve();
+    });
+    call.on("end", () => resolve());
+  });
+  for (const req of reqs) {
+    if (error !== undefined) break;
+    if (!call.write(req)) await Promise.race([new Promise((r) => call.once("drain", r)), ended]);
+  }
+  if (error === undefined) call.end();
+  await ended;
+  return error === undefined ? { responses } : { responses, error };
 }
 
 /** Pushes, waiting each pushback's hint and trying again; any other error (UNAVAILABLE, too large) is thrown. */

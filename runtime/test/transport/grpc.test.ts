@@ -8,7 +8,13 @@ import { pino } from "pino";
 import { waitFor } from "../../../e2e/support/archiver.ts";
 import { grpcCredentials } from "../../src/transport/open.ts";
 import { FULL_PUSHBACK_MS, GrpcTransport, PAUSED_PUSHBACK_MS } from "../../src/transport/grpc.ts";
-import { connectPush, pushbackMs, pushWithRetry, type PushClient } from "../../src/transport/push-client.ts";
+import {
+  connectPush,
+  pushbackMs,
+  pushWithRetry,
+  streamPushes,
+  type PushClient,
+} from "../../src/transport/push-client.ts";
 import type { PushRequestInput, PushResponse } from "../../src/transport/push-proto.ts";
 import type { InboundBatch, TransportSink } from "../../src/transport/types.ts";
 
@@ -205,19 +211,6 @@ test("a message over max_message_bytes is refused without a pushback hint, so no
   );
 });
 
-/** Writes every request on one PushStream and collects its responses. */
-function streamAll(client: PushClient, reqs: PushRequestInput[]): Promise<PushResponse[]> {
-  return new Promise((resolve, reject) => {
-    const call = client.stream();
-    const got: PushResponse[] = [];
-    call.on("data", (r: PushResponse) => got.push(r));
-    call.on("error", reject);
-    call.on("end", () => resolve(got));
-    for (const r of reqs) call.write(r);
-    call.end();
-  });
-}
-
 test("several concurrent streams: each request answered in order, a full queue holds streams rather than fail them", async (t) => {
   const { transport, sink, client } = await listener(t, { queueRecords: 50 });
   const held = gate();
@@ -225,7 +218,7 @@ test("several concurrent streams: each request answered in order, a full queue h
   const STREAMS = 4;
   const PER = 30;
   const streams = Array.from({ length: STREAMS }, (_, s) =>
-    streamAll(
+    streamPushes(
       client,
       Array.from({ length: PER }, (_, i) => push(range(5, `s${s}-${i}`), `k${s % 2}`)),
     ),
@@ -241,11 +234,7 @@ test("several concurrent streams: each request answered in order, a full queue h
   held.open();
   sink.gate = undefined;
   const answers = await Promise.all(streams);
-  for (const a of answers)
-    assert.deepEqual(
-      a,
-      Array.from({ length: PER }, () => ({ accepted: 5 })),
-    );
+  for (const a of answers) assert.deepEqual(a, { responses: Array.from({ length: PER }, () => ({ accepted: 5 })) });
   await waitFor(
     () => sink.payloads().length === STREAMS * PER * 5,
     20_000,
