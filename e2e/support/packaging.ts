@@ -86,7 +86,7 @@ export async function dryRunApply(objects: readonly Manifest[], namespace?: stri
       await api.patch(body, undefined, "All", FIELD_MANAGER, true, PatchStrategy.ServerSideApply);
     } catch (e) {
       const detail = e instanceof ApiException ? `${e.code} ${String(e.body)}` : String(e);
-      throw new Error(`server-side dry run refused ${o.kind}/${o.metadata.name}: ${detail}`);
+      throw new Error(`server-side dry run refused ${o.kind}/${o.metadata.name}: ${detail}`, { cause: e });
     }
   }
 }
