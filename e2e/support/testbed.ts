@@ -73,14 +73,21 @@ async function withAdmin<T>(fn: (admin: Admin) => Promise<T>): Promise<T> {
   }
 }
 
-/** Creates a topic of its own for this test, deleted when the test ends. */
-export async function kafkaTopic(t: TestContext, opts: { partitions?: number; prefix?: string } = {}): Promise<string> {
-  const topic = uniqueName(opts.prefix ?? "t");
+/** Creates a topic of its own for this test (named `name`, else uniquely after `prefix`), deleted when the test ends. */
+export async function kafkaTopic(
+  t: TestContext,
+  opts: { partitions?: number; prefix?: string; name?: string } = {},
+): Promise<string> {
+  const topic = opts.name ?? uniqueName(opts.prefix ?? "t");
   await withAdmin((admin) =>
     admin.createTopics({ topics: [{ topic, numPartitions: opts.partitions ?? 1 }], waitForLeaders: true }),
   );
-  t.after(() => withAdmin((admin) => admin.deleteTopics({ topics: [topic] })).catch(() => undefined));
+  t.after(() => deleteKafkaTopic(topic).catch(() => undefined));
   return topic;
+}
+
+export async function deleteKafkaTopic(topic: string): Promise<void> {
+  await withAdmin((admin) => admin.deleteTopics({ topics: [topic] }));
 }
 
 // ---- MinIO (S3) ----

@@ -30,6 +30,7 @@ export interface Metrics {
   readonly bufferBytes: Gauge;
   readonly bufferRecords: Gauge;
   readonly kafkaLag: Gauge;
+  readonly topicsSubscribed: Gauge;
   readonly pipelineDeliveryGuarantee: Gauge<"guarantee" | "reason">;
   readonly pipelineIdle: Gauge;
   readonly hotBuffersActive: Gauge;
@@ -100,6 +101,10 @@ export function createMetrics(opts: { namespace?: string | undefined; defaultMet
     bufferBytes: gauge("buffer_bytes", "Current buffer size"),
     bufferRecords: gauge("buffer_records", "Current buffer record count"),
     kafkaLag: gauge("kafka_lag", "Records past this pod's read position (sum across assigned partitions)"),
+    topicsSubscribed: gauge(
+      "topics_subscribed",
+      "Kafka topics the consumer subscribes to (kafka.topics, or discovered)",
+    ),
     pipelineDeliveryGuarantee: gauge("pipeline_delivery_guarantee", "1 for the delivery guarantee in force", [
       "guarantee",
       "reason",

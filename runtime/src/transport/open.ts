@@ -5,7 +5,9 @@ import { ServerCredentials } from "@grpc/grpc-js";
 import type { Logger } from "pino";
 import type { ResolvedConfig } from "../config/resolve.ts";
 import { ConfigError } from "../errors.ts";
+import type { Metrics } from "../observe/metrics.ts";
 import type { MemoryLimit } from "../regulate/memory.ts";
+import { discoveryRules } from "./discovery.ts";
 import { GrpcTransport } from "./grpc.ts";
 import { KafkaTransport } from "./kafka.ts";
 import { PlatformaticKafkaTransport } from "./platformatic.ts";
@@ -29,18 +31,17 @@ export function kafkaAuth(k: ResolvedConfig["kafka"]): Pick<KafkaTransportOption
   return { sasl, ssl };
 }
 
-function kafkaTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit): Transport {
+function kafkaTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit, metrics?: TransportMetrics): Transport {
   const k = cfg.kafka;
-  if (k.topics.length === 0) {
-    throw new ConfigError("kafka.topics", "is empty: list the topics to archive (DFE_ARCHIVER_KAFKA_TOPICS=a,b)");
-  }
   const { sasl, ssl } = kafkaAuth(k);
   const Client = k.client === "platformatic" ? PlatformaticKafkaTransport : KafkaTransport;
   return new Client({
     brokers: k.brokers,
     clientId: k.client_id,
     groupId: k.group_id,
-    topics: k.topics,
+    // Empty: discovery picks the topics from the broker's list, re-read every topic_refresh_secs.
+    topics: k.topics.length > 0 ? k.topics : { rules: discoveryRules(k), refreshMs: k.topic_refresh_secs * 1000 },
+    topicsSubscribed: metrics?.topicsSubscribed,
     sasl,
     ssl,
     sessionTimeoutMs: k.session_timeout_ms,
@@ -88,6 +89,14 @@ function grpcTransport(cfg: ResolvedConfig, log: Logger): Transport {
   });
 }
 
-export function openTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit): Transport {
-  return cfg.transport === "kafka" ? kafkaTransport(cfg, log, memory) : grpcTransport(cfg, log);
+/** The transport's own gauges. */
+export type TransportMetrics = Pick<Metrics, "topicsSubscribed">;
+
+export function openTransport(
+  cfg: ResolvedConfig,
+  log: Logger,
+  memory: MemoryLimit,
+  metrics?: TransportMetrics,
+): Transport {
+  return cfg.transport === "kafka" ? kafkaTransport(cfg, log, memory, metrics) : grpcTransport(cfg, log);
 }

@@ -3,7 +3,10 @@
 // pauses only as a whole; this loop issues the Fetch requests itself, hands each partition's records to the sink as one
 // batch, and fetches a partition again only once the sink resolved its batch (per-partition back-pressure). The
 // library decodes gzip, snappy, lz4 and zstd batches natively (zlib and a WebAssembly codec): no codec to register.
+// A subscription change tracks the new topics and joins again as the same member; the partitions it keeps are read on
+// from where they were.
 import {
+  Admin,
   ConnectionPool,
   Consumer,
   IS_CONTROL,
@@ -17,6 +20,8 @@ import {
 import type { ConnectionOptions } from "node:tls";
 import type { CommitOffset, PartitionRef } from "../delivery/tracker.ts";
 import { ArchiverError } from "../errors.ts";
+import type { TopicChange } from "./discovery.ts";
+import { TopicSubscription } from "./subscription.ts";
 import {
   groupByTopic,
   type InboundRecord,
@@ -45,6 +50,8 @@ interface PartitionState extends PartitionRef {
   assigned: boolean;
   /** The next offset to fetch; undefined while it is looked up after an assignment. */
   position: bigint | undefined;
+  /** Counts the partition's assignments and revocations: a sink failure under an earlier one rewinds nothing. */
+  epoch: number;
   /** A batch of it is with the sink: nothing more is fetched for it until the sink resolves. */
   delivering: boolean;
 }
@@ -60,6 +67,11 @@ export class PlatformaticKafkaTransport implements Transport {
   readonly #consumer: Consumer;
   /** Fetches get connections of their own, so a fetch the broker holds open never queues a heartbeat or commit. */
   readonly #fetchPool: ConnectionPool;
+  readonly #subscription: TopicSubscription;
+  /** Lists the broker's topics, with discovery on. */
+  #admin: Admin | undefined;
+  /** A member of the group (joined, not left). */
+  #member = false;
   readonly #parts = new Map<string, PartitionState>();
   readonly #paused = new Set<string>();
   /** Broker nodes with a fetch in flight: one at a time each, as the node's fetch session requires. */
@@ -90,6 +102,13 @@ export class PlatformaticKafkaTransport implements Transport {
       ...connection,
     });
     this.#fetchPool = new ConnectionPool(opts.clientId, connection);
+    this.#subscription = new TopicSubscription({
+      source: opts.topics,
+      list: () => this.#listTopics(),
+      apply: (topics, change) => this.#resubscribe(topics, change),
+      log: opts.log,
+      gauge: opts.topicsSubscribed,
+    });
   }
 
   async start(sink: TransportSink): Promise<void> {
@@ -103,53 +122,117 @@ export class PlatformaticKafkaTransport implements Transport {
       log.warn({ err: p.lastError, stalledForMs: p.stalledFor }, "heartbeat stalled"),
     );
     c.on("consumer:group:join", (p) => this.#onJoin(p));
-    c.topics.trackAll(...this.#opts.topics);
+    if (this.#subscription.discovering) {
+      this.#admin = new Admin({
+        clientId: this.#opts.clientId,
+        bootstrapBrokers: [...this.#opts.brokers],
+        ...connectionOptions(this.#opts),
+      });
+    }
+    await this.#subscription.start();
+  }
+
+  async #listTopics(): Promise<string[]> {
+    if (this.#admin === undefined) throw new Error("topic discovery without an admin client");
+    // Internal ones too, so topic_exclude decides for both clients alike.
+    return this.#admin.listTopics({ includeInternals: true });
+  }
+
+  /** Tracks exactly `topics` and joins the group again with them (as the same member), or leaves it for none. */
+  async #resubscribe(topics: readonly string[], change: TopicChange): Promise<void> {
+    const c = this.#consumer;
+    const want = new Set(topics);
+    for (const t of c.topics.current) if (!want.has(t)) c.topics.untrack(t);
+    for (const t of topics) if (!c.topics.has(t)) c.topics.track(t);
+    if (topics.length === 0) {
+      if (this.#member) {
+        this.#opts.log.info({ removed: change.removed }, "no topic left: leaving the group");
+        await c.leaveGroup();
+        this.#member = false;
+      }
+      this.#revokeAll();
+      return;
+    }
     await c.joinGroup({});
+    this.#member = true;
   }
 
   #rejoin(err: unknown): void {
-    if (this.#closed) return;
+    if (this.#closed || !this.#member) return;
     this.#opts.log.error({ err }, "consumer group rejoin failed; joining again");
+    // A subscribed topic deleted under the group fails every join: discovery drops it.
+    this.#subscription.refreshSoon();
     setTimeout(() => {
-      if (!this.#closed) this.#consumer.joinGroup({}).catch((e: unknown) => this.#rejoin(e));
+      if (!this.#closed && this.#member) this.#consumer.joinGroup({}).catch((e: unknown) => this.#rejoin(e));
     }, RETRY_MS);
   }
 
   #onJoin(payload: ConsumerGroupJoinPayload): void {
     const generation = ++this.#generation;
-    const assigned: PartitionState[] = [];
+    const added: PartitionState[] = [];
+    const lookup: PartitionState[] = [];
     const now = new Set<string>();
+    let kept = 0;
     for (const { topic, partitions } of payload.assignments ?? []) {
       for (const partition of [...partitions].sort((a, b) => a - b)) {
         const key = partitionKey(topic, partition);
+        now.add(key);
         let st = this.#parts.get(key);
+        if (st?.assigned === true) {
+          // Kept: everything before its position was handed over and is held or released already. A lookup of its
+          // position the new generation discarded is made again.
+          kept++;
+          if (st.position === undefined) lookup.push(st);
+          continue;
+        }
         if (st === undefined) {
-          st = { topic, partition, key, assigned: true, position: undefined, delivering: false };
+          st = { topic, partition, key, assigned: true, position: undefined, epoch: 0, delivering: false };
           this.#parts.set(key, st);
         }
-        // The broker hands the partition back from its committed offset, as the pipeline's tracker expects.
+        // The broker hands the partition over from its committed offset, as the pipeline's tracker expects.
         st.assigned = true;
         st.position = undefined;
-        now.add(key);
-        assigned.push(st);
+        st.epoch++;
+        added.push(st);
+        lookup.push(st);
       }
     }
     const revoked: PartitionRef[] = [];
     for (const st of this.#parts.values()) {
       if (st.assigned && !now.has(st.key)) {
-        st.assigned = false;
-        st.position = undefined;
+        this.#unassign(st);
         revoked.push({ topic: st.topic, partition: st.partition });
       }
     }
-    const refs = assigned.map((st) => ({ topic: st.topic, partition: st.partition }));
+    const refs = added.map((st) => ({ topic: st.topic, partition: st.partition }));
     this.#opts.log.info(
-      { generation: payload.generationId, assigned: groupByTopic(refs), revoked },
+      { generation: payload.generationId, assigned: groupByTopic(refs), kept, revoked },
       "partitions assigned",
     );
     if (revoked.length > 0) this.#sink?.onRevoked(revoked);
-    this.#sink?.onAssigned(refs);
-    if (assigned.length > 0) this.#seek(generation, assigned, true);
+    if (refs.length > 0) this.#sink?.onAssigned(refs);
+    if (lookup.length > 0) this.#seek(generation, lookup, true);
+  }
+
+  #unassign(st: PartitionState): void {
+    st.assigned = false;
+    st.position = undefined;
+    st.epoch++;
+    this.#paused.delete(st.key);
+  }
+
+  /** The group is left: every partition is revoked. */
+  #revokeAll(): void {
+    this.#generation++;
+    const revoked: PartitionRef[] = [];
+    for (const st of this.#parts.values()) {
+      if (!st.assigned) continue;
+      this.#unassign(st);
+      revoked.push({ topic: st.topic, partition: st.partition });
+    }
+    if (revoked.length === 0) return;
+    this.#opts.log.info({ revoked }, "partitions revoked");
+    this.#sink?.onRevoked(revoked);
   }
 
   /** Sets where each partition reads from: its committed offset, else (or when told to) its earliest. */
@@ -193,8 +276,10 @@ export class PlatformaticKafkaTransport implements Transport {
       this.#pumpAgain = true;
       return;
     }
+    const topics = [...new Set([...this.#parts.values()].filter((st) => st.assigned).map((st) => st.topic))];
+    if (topics.length === 0) return;
     this.#pumping = true;
-    this.#consumer.metadata({ topics: [...this.#opts.topics] }).then(
+    this.#consumer.metadata({ topics }).then(
       (md) => {
         this.#pumping = false;
         this.#fetchReady(md);
@@ -208,6 +293,8 @@ export class PlatformaticKafkaTransport implements Transport {
         this.#pumpAgain = false;
         if (!this.#receiving) return;
         this.#opts.log.warn({ err }, "metadata refresh failed; retrying");
+        // Often a subscribed topic deleted: discovery drops it.
+        this.#subscription.refreshSoon();
         setTimeout(() => this.#pump(), RETRY_MS);
       },
     );
@@ -275,6 +362,7 @@ export class PlatformaticKafkaTransport implements Transport {
           }
           this.#opts.log.warn({ err, node }, "fetch failed; retrying");
           this.#consumer.clearMetadata();
+          this.#subscription.refreshSoon();
           setTimeout(() => this.#pump(), RETRY_MS);
         },
       );
@@ -324,7 +412,7 @@ export class PlatformaticKafkaTransport implements Transport {
   #hand(st: PartitionState, batch: Parameters<TransportSink["onBatch"]>[0]): void {
     const sink = this.#sink;
     if (sink === undefined) return;
-    const generation = this.#generation;
+    const epoch = st.epoch;
     const first = batch.records[0];
     st.delivering = true;
     sink.onBatch(batch).then(
@@ -338,7 +426,7 @@ export class PlatformaticKafkaTransport implements Transport {
           { err, topic: st.topic, partition: st.partition },
           "sink failed a batch; reading it again",
         );
-        if (generation === this.#generation && first !== undefined) st.position = BigInt(first.offset);
+        if (epoch === st.epoch && first !== undefined) st.position = BigInt(first.offset);
         setTimeout(() => {
           st.delivering = false;
           this.#pump();
@@ -370,6 +458,19 @@ export class PlatformaticKafkaTransport implements Transport {
 
   async commit(offsets: readonly CommitOffset[]): Promise<void> {
     if (offsets.length === 0) return;
+    // A commit computed before a rebalance took a partition away must not land over its new owner's.
+    const mine = offsets.filter((o) => this.#parts.get(partitionKey(o.topic, o.partition))?.assigned === true);
+    if (mine.length > 0) await this.#commit(mine);
+    if (mine.length < offsets.length) {
+      throw new ArchiverError(
+        "kafka_commit_failed",
+        "offsets of partitions no longer assigned were not committed",
+        "retryable",
+      );
+    }
+  }
+
+  async #commit(offsets: readonly CommitOffset[]): Promise<void> {
     try {
       await this.#consumer.commit({
         offsets: offsets.map((o) => ({
@@ -399,14 +500,17 @@ export class PlatformaticKafkaTransport implements Transport {
   /** Fetches stop and what a fetch in flight returns is dropped; the group membership (and so commits) stays. */
   async stopReceiving(): Promise<void> {
     this.#receiving = false;
+    await this.#subscription.stop();
   }
 
   async close(): Promise<void> {
     this.#receiving = false;
+    await this.#subscription.stop();
     this.#closed = true;
     // A fetch in flight returns within MAX_WAIT_MS; closing its connection under it would have the library retry.
     await Promise.all(this.#inflight.values());
     await this.#fetchPool.close();
+    await this.#admin?.close();
     await this.#consumer.close();
   }
 }

@@ -2,7 +2,9 @@
 // Push listener another. Back-pressure is the awaited onBatch plus explicit pause/resume, never an unbounded queue.
 import type { ConnectionOptions } from "node:tls";
 import type { Logger } from "pino";
+import type { Gauge } from "prom-client";
 import type { CommitOffset, PartitionRef } from "../delivery/tracker.ts";
+import type { TopicSource } from "./subscription.ts";
 
 export interface InboundRecord {
   readonly value: Buffer | null;
@@ -22,7 +24,12 @@ export interface InboundBatch {
 export interface TransportSink {
   /** Awaited: the transport fetches no more for this partition until it resolves. */
   onBatch(batch: InboundBatch): Promise<void>;
+  /**
+   * Partitions newly assigned: each is read from its committed offset. A partition this member keeps across a
+   * rebalance or a subscription change is not reported again and is read on from where it was.
+   */
   onAssigned(partitions: readonly PartitionRef[]): void;
+  /** Partitions taken away (a rebalance, or their topic left the subscription): nothing of them may be committed. */
   onRevoked(partitions: readonly PartitionRef[]): void;
 }
 
@@ -43,7 +50,10 @@ export interface KafkaTransportOptions {
   brokers: readonly string[];
   clientId: string;
   groupId: string;
-  topics: readonly string[];
+  /** The topics to consume, or discovery's rules and refresh interval. */
+  topics: TopicSource;
+  /** Set to the number of topics subscribed. */
+  topicsSubscribed?: Gauge | undefined;
   sasl?: { mechanism: "plain" | "scram-sha-256" | "scram-sha-512"; username: string; password: string } | undefined;
   ssl?: ConnectionOptions | boolean | undefined;
   sessionTimeoutMs: number;

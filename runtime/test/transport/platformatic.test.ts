@@ -40,6 +40,7 @@ class Collector implements TransportSink {
   readonly batches: InboundBatch[] = [];
   readonly assigned: PartitionRef[][] = [];
   readonly revoked: PartitionRef[][] = [];
+  readonly #held = new Set<number>();
   onAssignedHook: ((p: readonly PartitionRef[]) => void) | undefined;
 
   async onBatch(batch: InboundBatch): Promise<void> {
@@ -47,10 +48,12 @@ class Collector implements TransportSink {
   }
   onAssigned(partitions: readonly PartitionRef[]): void {
     this.assigned.push([...partitions]);
+    for (const p of partitions) this.#held.add(p.partition);
     this.onAssignedHook?.(partitions);
   }
   onRevoked(partitions: readonly PartitionRef[]): void {
     this.revoked.push([...partitions]);
+    for (const p of partitions) this.#held.delete(p.partition);
   }
 
   values(partition: number): string[] {
@@ -64,8 +67,9 @@ class Collector implements TransportSink {
   count(): number {
     return this.batches.reduce((n, b) => n + b.records.length, 0);
   }
-  lastAssignment(): number[] {
-    return (this.assigned.at(-1) ?? []).map((p) => p.partition).sort();
+  /** The partitions held now: every one assigned and not revoked since (a kept one is not assigned again). */
+  held(): number[] {
+    return [...this.#held].sort();
   }
 }
 
@@ -106,7 +110,7 @@ test("delivers every record once, in offset order per partition, whatever the ba
   await until("all records", () => sink.count() >= 3 * perPartition);
   await sleep(1500); // anything delivered twice shows up in the count by now
   assert.equal(sink.count(), 3 * perPartition);
-  assert.deepEqual(sink.lastAssignment(), [0, 1, 2]);
+  assert.deepEqual(sink.held(), [0, 1, 2]);
   for (const p of [0, 1, 2]) {
     assert.deepEqual(sink.offsets(p), range(perPartition), `partition ${p} offsets`);
     const expected = CODECS.flatMap((c) => range(perCodec).map((i) => `c${c}:${p}:${i}`));
@@ -195,11 +199,12 @@ test("a second consumer joining the group revokes partitions from the first", as
 
   const second = new Collector();
   await transport(t, topic, groupId).start(second);
-  await until("rebalance", () => first.revoked.length > 0 && second.lastAssignment().length > 0);
-  const kept = first.lastAssignment();
-  const taken = second.lastAssignment();
+  await until("rebalance", () => first.revoked.length > 0 && second.held().length > 0);
+  const kept = first.held();
+  const taken = second.held();
   assert.deepEqual([...kept, ...taken].sort(), [0, 1, 2], "every partition assigned to exactly one member");
   assert.ok(kept.length > 0 && taken.length > 0);
+  assert.equal(first.assigned.length, 1, "the partitions the first member kept were reported assigned again");
   assert.deepEqual(
     first.revoked
       .flat()
