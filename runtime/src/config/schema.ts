@@ -147,7 +147,9 @@ const kafkaSchema = z
     topic_exclude: z
       .array(regexPattern())
       .optional()
-      .describe("Regexes that drop a discovered topic; a set list replaces the default rather than adding to it.")
+      .describe(
+        "Regexes that drop a discovered topic; a set list replaces the default rather than adding to it, so list the DLQ topic and ^_ again to keep them out.",
+      )
       .meta({
         env: "DFE_ARCHIVER_KAFKA_TOPIC_EXCLUDE",
         derivedDefault: "`^<dlq.topic>$` and `^_` (the DLQ topic and internal topics)",
@@ -160,7 +162,7 @@ const kafkaSchema = z
       .array(z.string().min(1))
       .default(["_transformed", ".transformed", "-transformed"])
       .describe(
-        "Suffixes that mark a discovered topic as the transformed twin of a landing topic; when both exist, discovery keeps the landing one.",
+        "Suffixes that mark a discovered topic as a landing topic's transformed twin: when the topics the filters keep hold both name and name plus a suffix, discovery consumes the landing one only. A transformed topic whose landing topic is absent or filtered out is consumed; empty turns the rule off.",
       ),
     sasl_mechanism: z
       .enum(["plain", "scram-sha-256", "scram-sha-512", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
