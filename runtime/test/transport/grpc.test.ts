@@ -5,7 +5,7 @@ import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { status, type ServiceError } from "@grpc/grpc-js";
 import { pino } from "pino";
-import { waitFor } from "../../../e2e/support/archiver.ts";
+import { freePort, waitFor } from "../../../e2e/support/archiver.ts";
 import { grpcCredentials } from "../../src/transport/open.ts";
 import { FULL_PUSHBACK_MS, GrpcTransport, PAUSED_PUSHBACK_MS } from "../../src/transport/grpc.ts";
 import {
@@ -291,4 +291,45 @@ test("stopReceiving hands on every queued record, refuses new pushes and ends st
   await stopping;
   assert.deepEqual(sink.payloads(), [...range(10, "q"), ...range(10, "r"), "s-0"]);
   assert.equal(transport.queuedRecords, 0);
+});
+
+test("a drained listener frees its address, so the next pipeline of a config reload binds it again", async (t) => {
+  const port = await freePort();
+  const open = async () => {
+    const transport = new GrpcTransport({
+      listen: `127.0.0.1:${port}`,
+      credentials: grpcCredentials({}),
+      maxMessageBytes: 1 << 20,
+      queueRecords: 100,
+      log,
+    });
+    const sink = new Sink();
+    await transport.start(sink);
+    t.after(() => transport.close());
+    return { transport, sink };
+  };
+  const client = connectPush(`127.0.0.1:${port}`, undefined, { "grpc.initial_reconnect_backoff_ms": 100 });
+  t.after(() => client.close());
+  const first = await open();
+  await pushWithRetry(client, push(["one"]));
+  await first.transport.stopReceiving();
+  await first.transport.close();
+  const second = await open();
+  for (let tries = 0; ; tries++) {
+    try {
+      await client.push(push(["two"]));
+      break;
+    } catch (err) {
+      // The channel reconnects to the new listener after the old one went away.
+      if ((err as ServiceError).code !== status.UNAVAILABLE || tries > 50) throw err;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  assert.deepEqual(first.sink.payloads(), ["one"]);
+  await waitFor(
+    () => second.sink.payloads().length === 1,
+    10_000,
+    () => "not handed on",
+  );
+  assert.deepEqual(second.sink.payloads(), ["two"]);
 });
