@@ -92,9 +92,10 @@ export async function deleteKafkaTopic(topic: string): Promise<void> {
 
 // ---- MinIO (S3) ----
 
-export function s3Client(): S3Client {
+/** A client of the testbed's MinIO, or of another with its credentials (privateMinio's endpoint). */
+export function s3Client(endpoint = need("TESTBED_MINIO_ENDPOINT")): S3Client {
   return new S3Client({
-    endpoint: need("TESTBED_MINIO_ENDPOINT"),
+    endpoint,
     region: testbedEnv()["TESTBED_MINIO_REGION"] ?? "us-east-1",
     forcePathStyle: true,
     credentials: { accessKeyId: need("TESTBED_MINIO_ACCESS_KEY"), secretAccessKey: need("TESTBED_MINIO_SECRET_KEY") },

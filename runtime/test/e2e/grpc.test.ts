@@ -6,9 +6,9 @@ import assert from "node:assert/strict";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { CreateBucketCommand, S3Client } from "@aws-sdk/client-s3";
+import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { status, type ServiceError } from "@grpc/grpc-js";
-import { need, privateMinio, uniqueName } from "../../../e2e/support/testbed.ts";
+import { need, privateMinio, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
 import {
   freePort,
   linesOf,
@@ -224,12 +224,7 @@ test("after a kill on grpc the restart uploads staged files whose manifest match
   const N = 20_000;
   const dir = tempDir(t);
   const minio = await privateMinio(t);
-  const s3 = new S3Client({
-    endpoint: minio.endpoint,
-    region: "us-east-1",
-    forcePathStyle: true,
-    credentials: { accessKeyId: need("TESTBED_MINIO_ACCESS_KEY"), secretAccessKey: need("TESTBED_MINIO_SECRET_KEY") },
-  });
+  const s3 = s3Client(minio.endpoint);
   t.after(() => s3.destroy());
   const bucket = uniqueName("grpc-recover");
   await s3.send(new CreateBucketCommand({ Bucket: bucket }));
