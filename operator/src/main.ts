@@ -14,6 +14,7 @@ import { createLogger, type LogFormat } from "../../runtime/src/observe/log.ts";
 import { parseListenAddr } from "../../runtime/src/observe/http.ts";
 import { Controller } from "./controller/controller.ts";
 import { Watches } from "./controller/informers.ts";
+import { KedaWatch, scaledObjectServed } from "./controller/keda.ts";
 import { LeaderElector } from "./controller/leader.ts";
 import { OperatorMetrics } from "./controller/metrics.ts";
 import { WorkQueue } from "./controller/queue.ts";
@@ -41,6 +42,8 @@ export interface OperatorOptions {
   leaderElect: boolean;
   leaseNamespace: string;
   log: Logger;
+  /** How often KEDA's presence is looked up again; KEDA_RECHECK_MS by default. */
+  kedaRecheckMs?: number;
 }
 
 export interface RunningOperator {
@@ -60,7 +63,11 @@ export async function startOperator(o: OperatorOptions): Promise<RunningOperator
   const queue = new WorkQueue();
   const metrics = new OperatorMetrics(() => queue.length);
   const watches = new Watches(kc, queue, { ...(o.namespace === undefined ? {} : { namespace: o.namespace }), log });
-  const reconciler = new Reconciler(kc, { image: o.image, log });
+  const keda = new KedaWatch(scaledObjectServed(kc), {
+    log,
+    ...(o.kedaRecheckMs === undefined ? {} : { recheckMs: o.kedaRecheckMs }),
+  });
+  const reconciler = new Reconciler(kc, { image: o.image, log, keda });
   const controller = new Controller(reconciler, queue, {
     workers: WORKERS,
     log,
@@ -70,6 +77,10 @@ export async function startOperator(o: OperatorOptions): Promise<RunningOperator
   const begin = () => {
     leading = true;
     watches.start();
+    // KEDA installed or removed: every pipeline renders differently (a ScaledObject, or a plain replica count).
+    keda.start(() => {
+      for (const key of watches.pipelineKeys()) queue.add(key);
+    });
     controller.start();
   };
   let onLost: () => void = () => undefined;
@@ -116,6 +127,7 @@ export async function startOperator(o: OperatorOptions): Promise<RunningOperator
     lost,
     shutDown() {
       stopping ??= (async () => {
+        keda.stop();
         await watches.stop();
         await controller.stop();
         await elector?.stop(true);

@@ -1,11 +1,11 @@
 // The workers between the queue and reconcile: a key is reconciled by one worker at a time (the queue sees to it),
-// forgotten on success, requeued after its backoff on failure, and looked at again when reconcile asks.
+// forgotten on success and requeued after its backoff on failure. Nothing is polled: every change that matters to a
+// pipeline (its spec, its Deployment, its pods, its Secrets, KEDA's presence) arrives through a watch.
 import type { Logger } from "pino";
 import type { WorkQueue } from "./queue.ts";
-import type { ReconcileResult } from "./reconcile.ts";
 
 export interface Reconcile {
-  reconcile(key: string): Promise<ReconcileResult>;
+  reconcile(key: string): Promise<void>;
 }
 
 export interface ControllerOptions {
@@ -44,9 +44,8 @@ export class Controller {
       const started = performance.now();
       let ok = true;
       try {
-        const result = await this.#reconciler.reconcile(key);
+        await this.#reconciler.reconcile(key);
         q.forget(key);
-        if (result.requeueAfterMs !== undefined) q.addAfter(key, result.requeueAfterMs);
       } catch (err) {
         ok = false;
         this.#opts.log.warn({ pipeline: key, err, retryInMs: q.backoff(key) }, "reconcile failed");

@@ -4,7 +4,6 @@
 import { createHash } from "node:crypto";
 import {
   ApiException,
-  ApiextensionsV1Api,
   CoreV1Api,
   CustomObjectsApi,
   KubernetesObjectApi,
@@ -21,46 +20,10 @@ import { PIPELINE_LABEL } from "../render/meta.ts";
 import { KEDA_API_VERSION } from "../render/keda.ts";
 import { Applier, isNotFound } from "./apply.ts";
 import { splitKey } from "./queue.ts";
+import { KedaWatch, scaledObjectServed, type KedaCheck } from "./keda.ts";
 import { computeConditions, type Observed } from "./status.ts";
 
-export const SCALED_OBJECT_CRD = "scaledobjects.keda.sh";
-/** How long a KEDA check stands before the CRD is looked up again. */
-export const KEDA_RECHECK_MS = 60_000;
-/** A pipeline waiting for a Secret is looked at again this often, since the operator does not watch Secrets. */
-export const SECRET_RETRY_MS = 30_000;
-
 const CR = { group: GROUP, version: VERSION, plural: PLURAL };
-
-export interface KedaCheck {
-  installed(): Promise<boolean>;
-}
-
-/** Whether KEDA's ScaledObject CRD is served, looked up at most once per KEDA_RECHECK_MS. */
-export class KedaDetector implements KedaCheck {
-  readonly #ext: ApiextensionsV1Api;
-  readonly #recheckMs: number;
-  #checked: { at: number; installed: boolean } | undefined;
-
-  constructor(ext: ApiextensionsV1Api, recheckMs = KEDA_RECHECK_MS) {
-    this.#ext = ext;
-    this.#recheckMs = recheckMs;
-  }
-
-  async installed(): Promise<boolean> {
-    const now = Date.now();
-    if (this.#checked && now - this.#checked.at < this.#recheckMs) return this.#checked.installed;
-    let installed: boolean;
-    try {
-      const crd = await this.#ext.readCustomResourceDefinition({ name: SCALED_OBJECT_CRD });
-      installed = crd.status?.conditions?.some((c) => c.type === "Established" && c.status === "True") ?? false;
-    } catch (e) {
-      if (!isNotFound(e)) throw e;
-      installed = false;
-    }
-    this.#checked = { at: now, installed };
-    return installed;
-  }
-}
 
 /** A hash of a Secret's data, independent of its keys' order. */
 export function secretDataHash(data: Readonly<Record<string, string>> | undefined): string {
@@ -69,14 +32,10 @@ export function secretDataHash(data: Readonly<Record<string, string>> | undefine
   return h.digest("hex");
 }
 
-export interface ReconcileResult {
-  /** Look again after this long even if nothing changes (a missing Secret may appear). */
-  requeueAfterMs?: number;
-}
-
 export interface ReconcilerOptions {
   image: string;
   log: Logger;
+  /** KEDA's presence; by default a discovery read at most every KEDA_RECHECK_MS. */
   keda?: KedaCheck;
 }
 
@@ -94,16 +53,16 @@ export class Reconciler {
     this.#core = kc.makeApiClient(CoreV1Api);
     this.#objects = KubernetesObjectApi.makeApiClient(kc);
     this.#applier = new Applier(this.#objects);
-    this.#keda = opts.keda ?? new KedaDetector(kc.makeApiClient(ApiextensionsV1Api));
+    this.#keda = opts.keda ?? new KedaWatch(scaledObjectServed(kc), { log: opts.log });
     this.#image = opts.image;
     this.#log = opts.log;
   }
 
-  async reconcile(key: string): Promise<ReconcileResult> {
+  async reconcile(key: string): Promise<void> {
     const { namespace, name } = splitKey(key);
     const cr = await this.#read(namespace, name);
     // Gone: the owner references let the garbage collector remove the rest.
-    if (cr === undefined) return {};
+    if (cr === undefined) return;
     const generation = cr.metadata.generation ?? 0;
     const pods = await this.#livePodReports(cr);
     const kedaInstalled = await this.#keda.installed();
@@ -111,7 +70,7 @@ export class Reconciler {
     const v = validateSpec(cr.spec);
     if ("faults" in v) {
       await this.#writeStatus(cr, { generation, faults: v.faults, kedaInstalled, missingSecrets: [], pods });
-      return {};
+      return;
     }
     const spec = {
       kedaEnabled: v.spec.keda.enabled,
@@ -170,7 +129,6 @@ export class Reconciler {
       },
       deployment?.status?.readyReplicas ?? 0,
     );
-    return missingSecrets.length > 0 ? { requeueAfterMs: SECRET_RETRY_MS } : {};
   }
 
   async #read(namespace: string, name: string): Promise<ArchivePipeline | undefined> {

@@ -24,6 +24,7 @@ export interface Observed {
 type Computed = Pick<Condition, "status" | "reason" | "message">;
 
 const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
+const names = (pods: readonly PodReport[]) => pods.map((p) => p.name).join(", ");
 
 function faultText(faults: readonly ConfigFault[]): string {
   return faults.map((f) => `${f.key} ${f.message}`).join("; ");
@@ -62,13 +63,14 @@ function idle(o: Observed): Computed {
       return {
         status: "True",
         reason: "PodsIdle",
-        message: `Every pod reports idle${reasons.length > 0 ? `: ${reasons.join("; ")}` : ""}.`,
+        message: `Every pod reports idle (${names(idlePods)})${reasons.length > 0 ? `: ${reasons.join("; ")}` : ""}.`,
       };
     }
+    const busy = o.pods.filter((p) => p.state !== "Idle");
     return {
       status: "False",
       reason: "PodsArchiving",
-      message: `${o.pods.length - idlePods.length} of ${plural(o.pods.length, "reporting pod")} archiving.`,
+      message: `${busy.length} of ${plural(o.pods.length, "reporting pod")} not idle: ${busy.map((p) => `${p.name} ${p.state}`).join(", ")}.`,
     };
   }
   if (!o.spec.destinationSet)

@@ -1,10 +1,12 @@
 // The restart wrapper around the client's informer, with a fake informer that fails as the real one does (its
-// "error" event, before start() resolves or after), and ownerKey's mapping of owned objects back to a pipeline.
+// "error" event, before start() resolves or after), ownerKey's mapping of owned objects back to a pipeline, and the
+// index from a Secret to the pipelines that read it.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import pino from "pino";
-import { RestartingInformer, ownerKey, type Startable } from "../../src/controller/informers.ts";
+import type { ArchivePipeline, ArchivePipelineSpec } from "../../src/api/spec.ts";
+import { RestartingInformer, SecretIndex, ownerKey, type Startable } from "../../src/controller/informers.ts";
 
 class FakeInformer implements Startable {
   readonly #errorCbs: ((err?: unknown) => void)[] = [];
@@ -99,5 +101,36 @@ describe("ownerKey", () => {
       undefined,
     );
     assert.equal(ownerKey({ metadata: { namespace: "ns" } }), undefined);
+  });
+});
+
+describe("SecretIndex", () => {
+  const pipeline = (namespace: string, name: string, spec: ArchivePipelineSpec): ArchivePipeline => ({
+    apiVersion: "archiver.dfe.io/v1alpha1",
+    kind: "ArchivePipeline",
+    metadata: { namespace, name, uid: `${namespace}-${name}` },
+    spec,
+  });
+  const ref = (name: string) => ({ secretKeyRef: { name, key: "k" } });
+
+  it("maps each referenced Secret, credentials and the GCS key file, to the pipelines reading it, per namespace", () => {
+    const idx = new SecretIndex();
+    idx.set(pipeline("a", "one", { kafka: { saslPassword: ref("kafka") }, gcsKeySecret: { name: "gcs" } }));
+    idx.set(pipeline("a", "two", { kafka: { saslPassword: ref("kafka") } }));
+    idx.set(pipeline("b", "three", { kafka: { saslPassword: ref("kafka") } }));
+    assert.deepEqual(idx.pipelines("a", "kafka").sort(), ["a/one", "a/two"]);
+    assert.deepEqual(idx.pipelines("a", "gcs"), ["a/one"]);
+    assert.deepEqual(idx.pipelines("b", "kafka"), ["b/three"]);
+    assert.deepEqual(idx.pipelines("a", "other"), []);
+  });
+
+  it("follows a spec that stops referencing a Secret, and a pipeline's deletion", () => {
+    const idx = new SecretIndex();
+    idx.set(pipeline("a", "one", { kafka: { saslPassword: ref("old") } }));
+    idx.set(pipeline("a", "one", { kafka: { saslPassword: ref("new") } }));
+    assert.deepEqual(idx.pipelines("a", "old"), []);
+    assert.deepEqual(idx.pipelines("a", "new"), ["a/one"]);
+    idx.delete("a/one");
+    assert.deepEqual(idx.pipelines("a", "new"), []);
   });
 });

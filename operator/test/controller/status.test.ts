@@ -75,9 +75,10 @@ describe("computeConditions", () => {
   it("derives Idle and Degraded from the pods' reports", () => {
     let c = byType({ ...base, pods: [pod("a", "Idle", "no destination"), pod("b", "Idle", "no destination")] });
     assert.deepEqual([c["Idle"]!.status, c["Idle"]!.reason], ["True", "PodsIdle"]);
-    assert.match(c["Idle"]!.message, /no destination/);
+    assert.equal(c["Idle"]!.message, "Every pod reports idle (a, b): no destination.");
     c = byType({ ...base, pods: [pod("a", "Idle"), pod("b", "Running")] });
     assert.equal(c["Idle"]!.status, "False");
+    assert.equal(c["Idle"]!.message, "1 of 2 reporting pods not idle: b Running.");
     assert.equal(c["Degraded"]!.status, "False");
     c = byType({ ...base, pods: [pod("a", "Degraded", "store unreachable"), pod("b", "Running")] });
     assert.deepEqual([c["Degraded"]!.status, c["Degraded"]!.reason], ["True", "PodsDegraded"]);
