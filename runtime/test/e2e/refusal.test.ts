@@ -1,14 +1,14 @@
 // Permanent refusals against a real store (the testbed's MinIO): a key past 1024 bytes, refused before any record is
 // staged, and an EntityTooLarge answer to the upload of a part. An HTTP proxy in front of MinIO gives that answer,
-// for the keys of one destination only; every other request, and every other answer, is MinIO's own. Every refused
+// for the keys of two destinations only; every other request, and every other answer, is MinIO's own. Every refused
 // record reaches the Kafka DLQ and the offsets are committed.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createServer, request } from "node:http";
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { ListMultipartUploadsCommand } from "@aws-sdk/client-s3";
 import { kafkaTopic, minioBucket, need, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
+import { s3Error, storeProxy } from "../../../e2e/support/proxy.ts";
 import {
   linesOf,
   produce,
@@ -19,44 +19,6 @@ import {
   waitCommittedToEnd,
   type RunningArchiver,
 } from "../../../e2e/support/archiver.ts";
-
-/** Forwards to MinIO, but answers EntityTooLarge to each UploadPart of a key holding `refuse`. */
-async function refusingProxy(t: Parameters<typeof tempDir>[0], refuse: string): Promise<{ endpoint: string }> {
-  const target = new URL(need("TESTBED_MINIO_ENDPOINT"));
-  let refused = 0;
-  const server = createServer((req, res) => {
-    const url = new URL(req.url ?? "/", "http://proxy");
-    if (req.method === "PUT" && url.searchParams.has("partNumber") && url.pathname.includes(refuse)) {
-      refused++;
-      req.resume();
-      req.on("end", () => {
-        res.writeHead(400, { "content-type": "application/xml" });
-        res.end(
-          `<?xml version="1.0" encoding="UTF-8"?><Error><Code>EntityTooLarge</Code>` +
-            `<Message>Your proposed upload exceeds the maximum allowed object size.</Message>` +
-            `<Resource>${url.pathname}</Resource><RequestId>refused-${refused}</RequestId></Error>`,
-        );
-      });
-      return;
-    }
-    // The Host header is signed, so it passes unchanged; Expect is never signed and the proxy answers it itself.
-    const headers = { ...req.headers };
-    delete headers.expect;
-    const up = request(
-      { host: target.hostname, port: target.port, method: req.method, path: req.url, headers },
-      (answer) => {
-        res.writeHead(answer.statusCode ?? 502, answer.headers);
-        answer.pipe(res);
-      },
-    );
-    up.on("error", (err) => res.destroy(err));
-    req.pipe(up);
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  t.after(() => new Promise<void>((r) => server.close(() => r())));
-  const a = server.address();
-  return { endpoint: `http://127.0.0.1:${typeof a === "object" && a ? a.port : 0}` };
-}
 
 const stagedFiles = (dir: string): string[] => {
   try {
@@ -78,7 +40,13 @@ test("a key past 1024 bytes and an EntityTooLarge answer: every record reaches t
   const dlqTopic = await kafkaTopic(t, { prefix: "dlq" });
   const groupId = uniqueName("g");
   const bucket = await minioBucket(t);
-  const proxy = await refusingProxy(t, "/huge");
+  // Each UploadPart of a key under the huge* destinations is answered EntityTooLarge; the abort that follows, and
+  // every other request, reach MinIO.
+  const proxy = await storeProxy(t, async (req, url) =>
+    req.method === "PUT" && url.searchParams.has("partNumber") && url.pathname.includes("/huge")
+      ? s3Error("EntityTooLarge", "Your proposed upload exceeds the maximum allowed object size.", url.pathname)
+      : undefined,
+  );
   const longOrg = "k".repeat(1100);
   const record = (i: number): string => {
     if (i < LONG) return JSON.stringify({ id: i, _org_id: longOrg });
