@@ -28,24 +28,19 @@ const samplesDir = join(repo, "config", "samples");
 const build = (dir: string) => manifests(kustomize(["build", join(repo, "config", dir)]).stdout);
 
 type Rules = { apiGroups: string[]; resources: string[]; resourceNames?: string[]; verbs: string[] }[];
-/** A role's rules by its name's last part (manager, crd-reader, leader-election). */
+/** A role's rules by its name's last part (manager, leader-election). */
 const rulesByRole = (objects: readonly Manifest[]) =>
   Object.fromEntries(
     objects
       .filter((o) => o.kind === "ClusterRole" || o.kind === "Role")
-      .map((o) => [
-        /-(manager|crd-reader|leader-election)$/.exec(o.metadata.name)?.[1],
-        (o as unknown as { rules: Rules }).rules,
-      ]),
+      .map((o) => [/-(manager|leader-election)$/.exec(o.metadata.name)?.[1], (o as unknown as { rules: Rules }).rules]),
   );
 
 describe("config/default", () => {
   it("builds the operator's install: the CRD first under Argo CD, its namespace, RBAC, Deployment and Service", () => {
     const objects = build("default");
     assert.deepEqual(objects.map((o) => `${o.kind}/${o.metadata.name}`).sort(), [
-      "ClusterRole/dfe-archiver-operator-crd-reader",
       "ClusterRole/dfe-archiver-operator-manager",
-      "ClusterRoleBinding/dfe-archiver-operator-crd-reader",
       "ClusterRoleBinding/dfe-archiver-operator-manager",
       `CustomResourceDefinition/${CRD_NAME}`,
       "Deployment/dfe-archiver-operator",
