@@ -1,7 +1,9 @@
 // Hot buffers: at most 64 destinations buffer at once; a record for another flushes the least recently used first.
 // A buffer flushes at flush_bytes plus one record, flush_records, or flush_age_secs; all of them together stay under
 // a shared cap (a quarter of the memory limit), past which the largest flush first. A buffer allocates nothing until
-// a record arrives and hands its memory to the batch when it flushes.
+// a record arrives. A full buffer hands its memory to the batch when it flushes; any other hands over an exact copy
+// and keeps its block for the next destination, since destinations churning through 64 buffers would otherwise
+// allocate (and fault in) a fresh block at every eviction.
 import type { Hold } from "../delivery/hold.ts";
 
 export const HOT_BUFFER_COUNT = 64;
@@ -39,6 +41,13 @@ export interface HotBufferOptions {
   now?: () => number;
 }
 
+/** The memory of one buffer, reused across destinations. */
+interface Block {
+  data: Buffer;
+  ends: Uint32Array;
+  offsets: Float64Array;
+}
+
 class HotBuffer {
   readonly destination: string;
   data: Buffer | undefined;
@@ -61,6 +70,8 @@ export class HotBufferPool {
   readonly #now: () => number;
   /** Insertion order is recency order: a touched buffer is re-inserted at the end. */
   readonly #buffers = new Map<string, HotBuffer>();
+  /** Blocks of flushed buffers, for the next buffers to open; never more than HOT_BUFFER_COUNT. */
+  readonly #spare: Block[] = [];
   #bytes = 0;
 
   constructor(opts: HotBufferOptions) {
@@ -77,6 +88,12 @@ export class HotBufferPool {
         if (lru !== undefined) this.#flush(lru, "evict");
       }
       b = new HotBuffer(destination);
+      const block = this.#spare.pop();
+      if (block !== undefined) {
+        b.data = block.data;
+        b.ends = block.ends;
+        b.offsets = block.offsets;
+      }
       this.#buffers.set(destination, b);
     } else if (this.#buffers.size > 1) {
       this.#buffers.delete(destination);
@@ -120,19 +137,22 @@ export class HotBufferPool {
     if (b.records === 0 || b.data === undefined || b.hold === undefined || b.ends === undefined) return;
     if (b.offsets === undefined) return;
     this.#bytes -= b.length;
-    // A buffer evicted early may use a small part of its allocation: hand over an exact copy, not the whole block.
-    const data =
-      b.length * 2 < b.data.length ? Buffer.from(b.data.subarray(0, b.length)) : b.data.subarray(0, b.length);
-    this.#opts.onFlush({
+    // A buffer that reached flush_bytes hands over its block; any other hands over a copy and keeps the block.
+    const full = b.length >= this.#opts.flushBytes;
+    const batch: FlushBatch = {
       destination: b.destination,
-      data,
+      data: full ? b.data.subarray(0, b.length) : Buffer.from(b.data.subarray(0, b.length)),
       records: b.records,
       hold: b.hold,
       trigger,
-      ends: b.ends.subarray(0, b.records),
-      offsets: b.offsets.subarray(0, b.records),
+      ends: full ? b.ends.subarray(0, b.records) : b.ends.slice(0, b.records),
+      offsets: full ? b.offsets.subarray(0, b.records) : b.offsets.slice(0, b.records),
       runs: b.runs,
-    });
+    };
+    if (!full && this.#spare.length < HOT_BUFFER_COUNT) {
+      this.#spare.push({ data: b.data, ends: b.ends, offsets: b.offsets });
+    }
+    this.#opts.onFlush(batch);
   }
 
   #relieveCap(): void {
