@@ -48,12 +48,19 @@ test("a full local disk holds the stream and loses nothing once space frees", as
     60_000,
     () => `the disk never filled:\n${a.output().slice(-3000)}`,
   );
+  // Every write failing opens the sink circuit: more pods cannot help a full destination volume.
+  await waitFor(
+    async () => (await a.metric("sink_circuit_open")) === 1 && (await a.metric("scaling_pressure")) === 0,
+    30_000,
+    () => `the sink circuit never opened:\n${a.output().slice(-3000)}`,
+  );
   const written = await a.metric("messages_written_total");
   const writeErrors = await a.metric("archive_errors_total");
   assert.ok(written < N, `the stream is held (${written} of ${N} written)`);
   assert.ok(a.proc.exitCode === null, "the process keeps running");
   rmSync(filler);
   await waitCommittedToEnd(groupId, topic, 60_000, () => `not resumed after space freed:\n${a.output().slice(-3000)}`);
+  assert.equal(await a.metric("sink_circuit_open"), 0, "the writes that landed closed it");
   assert.equal(await a.stop(), 0);
   const { lines } = readArchive(join(mount, "archive"));
   const ids = new Set(lines.map((l) => (JSON.parse(l) as { id: number }).id));

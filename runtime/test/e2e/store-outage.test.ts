@@ -66,17 +66,26 @@ test("MinIO down for 60 s mid-stream: nothing lost, staging bounded, intake paus
   let maxStaged = 0;
   let pausedSeen = false;
   let maxPending = 0;
+  let circuitOpenSeen = false;
+  let pressureWhileOpen = 0;
   const archivedAtStop = await a.metric("messages_archived_total");
   for (const end = Date.now() + 60_000; Date.now() < end;) {
     await sleep(500);
     maxStaged = Math.max(maxStaged, await a.metric("staged_bytes"));
     maxPending = Math.max(maxPending, await a.metric("uploads_pending"));
     pausedSeen ||= (await a.metric("self_regulation_paused")) === 1;
+    // Every upload failing opens the sink circuit, and more pods could not help: the scaling signal reads 0.
+    if ((await a.metric("sink_circuit_open")) === 1) {
+      circuitOpenSeen = true;
+      pressureWhileOpen = Math.max(pressureWhileOpen, await a.metric("scaling_pressure"));
+    }
   }
   await producing;
   const errors = await a.metric("archive_errors_total");
   assert.equal(await a.metric("messages_archived_total"), archivedAtStop, "nothing confirmed while the store is down");
   assert.ok(pausedSeen, "the latch paused intake");
+  assert.ok(circuitOpenSeen, "the sink circuit opened");
+  assert.equal(pressureWhileOpen, 0, "scaling_pressure reads 0 while the circuit is open");
   assert.ok(maxPending > 0 && errors > 0, `uploads failed and waited (pending ${maxPending}, errors ${errors})`);
   // Paused at 0.8 of the cap; what was fetched, buffered or flushing when it paused (a fetch is at least 1 MiB a
   // partition) still lands past it, but the growth stops there rather than running with the outage.
@@ -93,18 +102,20 @@ test("MinIO down for 60 s mid-stream: nothing lost, staging bounded, intake paus
     120_000,
     () => `not caught up after the store came back; output:\n${a.output().slice(-3000)}`,
   );
+  assert.equal(await a.metric("sink_circuit_open"), 0, "the first upload that landed closed the circuit");
   await waitFor(
     async () => (await a.metric("self_regulation_paused")) === 0,
     10_000,
     () => `intake still paused: staged_bytes ${maxStaged}; output:\n${a.output().slice(-3000)}`,
   );
+  const dropped = await a.metric("messages_dropped_total");
   assert.equal(await a.stop(), 0);
 
   const objects = await readBucket(s3, bucket, dir);
   const lines = objects.flatMap((o) => linesOf(o.content));
   const ids = new Set(lines.map((l) => (JSON.parse(l) as { id: number }).id));
   t.diagnostic(
-    `produced=${N1 + N2} archived_lines=${lines.length} distinct=${ids.size} duplicates=${lines.length - ids.size} max_staged=${maxStaged} max_pending=${maxPending} upload_errors=${errors}`,
+    `produced=${N1 + N2} archived_lines=${lines.length} distinct=${ids.size} duplicates=${lines.length - ids.size} max_staged=${maxStaged} max_pending=${maxPending} upload_errors=${errors} circuit_opened=${circuitOpenSeen} dead_lettered=0 dropped=${dropped}`,
   );
   assert.equal(ids.size, N1 + N2, "every record archived");
 });
