@@ -17,7 +17,7 @@ import { CRD_NAME, FIELD_MANAGER, GROUP, PLURAL, VERSION } from "../../src/api/g
 import { validateSpec, type ArchivePipeline, type ArchivePipelineSpec } from "../../src/api/spec.ts";
 import { renderAll, type KubeObject } from "../../src/render/index.ts";
 import { kubeConfig, kubeConfigForToken, kubeNamespace } from "../../../e2e/support/testbed.ts";
-import { createPipeline, installCrds, status } from "../support/kube.ts";
+import { applyPodRbac, createPipeline, installCrds, status } from "../support/kube.ts";
 
 const kc = kubeConfig();
 const ext = kc.makeApiClient(ApiextensionsV1Api);
@@ -210,18 +210,7 @@ describe("ArchivePipeline on the testbed's kube-apiserver", () => {
     const namespace = await kubeNamespace(t);
     const own = await createPipeline(namespace, "own", {});
     await createPipeline(namespace, "other", {});
-    const rbac = renderAll(own, { image: "x", kedaInstalled: false, secretHashes: {} }).filter((o) =>
-      ["ServiceAccount", "Role", "RoleBinding"].includes(o.kind),
-    );
-    for (const o of rbac)
-      await objects.patch(
-        o as KubernetesObject,
-        undefined,
-        undefined,
-        FIELD_MANAGER,
-        true,
-        PatchStrategy.ServerSideApply,
-      );
+    await applyPodRbac(own);
     const core = kc.makeApiClient(CoreV1Api);
     const tr = await core.createNamespacedServiceAccountToken({
       name: "own-archiver",

@@ -11,17 +11,15 @@ import {
   AppsV1Api,
   CoreV1Api,
   CustomObjectsApi,
-  KubernetesObjectApi,
   PatchStrategy,
   setHeaderOptions,
-  type KubernetesObject,
   type V1Deployment,
   type V1ObjectMeta,
 } from "@kubernetes/client-node";
 import pino from "pino";
-import { FIELD_MANAGER, GROUP, PLURAL, VERSION } from "../../src/api/group.ts";
+import { GROUP, PLURAL, VERSION } from "../../src/api/group.ts";
 import type { ArchivePipeline, PodReport } from "../../src/api/spec.ts";
-import { objectNames, renderAll } from "../../src/render/index.ts";
+import { objectNames } from "../../src/render/index.ts";
 import { PIPELINE_LABEL } from "../../src/render/meta.ts";
 import { Health } from "../../../runtime/src/observe/health.ts";
 import { podFieldManager, startStatusReporter, type StatusReporter } from "../../../runtime/src/observe/report.ts";
@@ -29,6 +27,7 @@ import { startArchiver, tempDir, waitFor } from "../../../e2e/support/archiver.t
 import { configMapMount } from "../../../e2e/support/configmap.ts";
 import { kafkaTopic, kubeConfig, kubeNamespace, need } from "../../../e2e/support/testbed.ts";
 import {
+  applyPodRbac,
   conditionOf,
   containerEnv,
   createPipeline,
@@ -43,7 +42,6 @@ const kc = kubeConfig();
 const custom = kc.makeApiClient(CustomObjectsApi);
 const core = kc.makeApiClient(CoreV1Api);
 const apps = kc.makeApiClient(AppsV1Api);
-const objects = KubernetesObjectApi.makeApiClient(kc);
 const CR = { group: GROUP, version: VERSION, plural: PLURAL };
 
 /** A logger whose entries the test reads. */
@@ -80,17 +78,7 @@ describe("pods' reports into status.pods", () => {
     const namespace = await kubeNamespace(t);
     const own = await createPipeline(namespace, "own", {});
     await createPipeline(namespace, "other", {});
-    for (const o of renderAll(own, { image: "x", kedaInstalled: false, secretHashes: {} }).filter((o) =>
-      ["ServiceAccount", "Role", "RoleBinding"].includes(o.kind),
-    ))
-      await objects.patch(
-        o as KubernetesObject,
-        undefined,
-        undefined,
-        FIELD_MANAGER,
-        true,
-        PatchStrategy.ServerSideApply,
-      );
+    await applyPodRbac(own);
     const { file } = await serviceAccountKubeconfig(t, namespace, objectNames("own").workload);
     const env = (pod: string, pipeline = "own") => ({
       POD_NAME: pod,

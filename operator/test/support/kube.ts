@@ -13,16 +13,20 @@ import {
   ApiextensionsV1Api,
   CoreV1Api,
   CustomObjectsApi,
+  KubernetesObjectApi,
+  PatchStrategy,
   loadYaml,
+  type KubernetesObject,
   type V1CustomResourceDefinition,
   type V1Deployment,
 } from "@kubernetes/client-node";
 import pino from "pino";
 import { parse } from "yaml";
 import { crdObject } from "../../src/api/crd.ts";
-import { GROUP, KIND, PLURAL, VERSION } from "../../src/api/group.ts";
+import { FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION } from "../../src/api/group.ts";
 import type { ArchivePipeline, ArchivePipelineSpec, Condition } from "../../src/api/spec.ts";
 import { startOperator, type OperatorOptions, type RunningOperator } from "../../src/main.ts";
+import { renderAll } from "../../src/render/index.ts";
 import { waitFor } from "../../../e2e/support/archiver.ts";
 import { kubeConfig, kubeConfigForToken, need } from "../../../e2e/support/testbed.ts";
 
@@ -224,6 +228,21 @@ export async function createPipeline(
 }
 
 // ---- acting as a pipeline's pod ----
+
+/** Server-side applies what the operator renders for a pipeline's pods to run as: ServiceAccount, Role, RoleBinding. */
+export async function applyPodRbac(cr: ArchivePipeline): Promise<void> {
+  const objects = KubernetesObjectApi.makeApiClient(kubeConfig());
+  for (const o of renderAll(cr, { image: "x", kedaInstalled: false, secretHashes: {} }))
+    if (["ServiceAccount", "Role", "RoleBinding"].includes(o.kind))
+      await objects.patch(
+        o as KubernetesObject,
+        undefined,
+        undefined,
+        FIELD_MANAGER,
+        true,
+        PatchStrategy.ServerSideApply,
+      );
+}
 
 /**
  * A kubeconfig file holding a TokenRequest token of the ServiceAccount, as a pod running as it would have: its
