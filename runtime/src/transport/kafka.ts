@@ -51,12 +51,9 @@ export class KafkaTransport implements Transport {
         fn(extra, message);
       },
     });
-    this.#subscription = new TopicSubscription({
-      source: opts.topics,
+    this.#subscription = new TopicSubscription(opts, {
       list: () => this.#listTopics(),
       apply: (topics, change) => this.#resubscribe(topics, change),
-      log: opts.log,
-      gauge: opts.topicsSubscribed,
     });
   }
 

@@ -102,12 +102,9 @@ export class PlatformaticKafkaTransport implements Transport {
       ...connection,
     });
     this.#fetchPool = new ConnectionPool(opts.clientId, connection);
-    this.#subscription = new TopicSubscription({
-      source: opts.topics,
+    this.#subscription = new TopicSubscription(opts, {
       list: () => this.#listTopics(),
       apply: (topics, change) => this.#resubscribe(topics, change),
-      log: opts.log,
-      gauge: opts.topicsSubscribed,
     });
   }
 

@@ -19,17 +19,23 @@ const SOON_MS = 1000;
 const RETRY_MS = 5000;
 
 export interface SubscriptionOptions {
-  readonly source: TopicSource;
-  /** The broker's topic names. */
-  readonly list: () => Promise<readonly string[]>;
-  /** Makes the consumer's subscription exactly `topics` (none: consume nothing). Never called concurrently. */
-  readonly apply: (topics: readonly string[], change: TopicChange) => Promise<void>;
+  readonly topics: TopicSource;
   readonly log: Logger;
-  readonly gauge?: Gauge | undefined;
+  /** Set to the number of topics subscribed. */
+  readonly topicsSubscribed?: Gauge | undefined;
+}
+
+/** What a Kafka client does for its subscription. */
+export interface SubscriptionClient {
+  /** The broker's topic names. */
+  list(): Promise<readonly string[]>;
+  /** Makes the consumer's subscription exactly `topics` (none: consume nothing). Never called concurrently. */
+  apply(topics: readonly string[], change: TopicChange): Promise<void>;
 }
 
 export class TopicSubscription {
   readonly #o: SubscriptionOptions;
+  readonly #client: SubscriptionClient;
   #topics: readonly string[] = [];
   /** The last apply failed: the client's subscription is unknown, so the next refresh applies even an unchanged set. */
   #dirty = false;
@@ -39,8 +45,9 @@ export class TopicSubscription {
   #lastStart = 0;
   #stopped = false;
 
-  constructor(opts: SubscriptionOptions) {
+  constructor(opts: SubscriptionOptions, client: SubscriptionClient) {
     this.#o = opts;
+    this.#client = client;
   }
 
   /** The topics currently subscribed. */
@@ -49,12 +56,12 @@ export class TopicSubscription {
   }
 
   get discovering(): boolean {
-    return !isStatic(this.#o.source);
+    return !isStatic(this.#o.topics);
   }
 
   /** Subscribes to the fixed list, or to the first discovery; a broker that cannot be listed fails the start. */
   async start(): Promise<void> {
-    const source = this.#o.source;
+    const source = this.#o.topics;
     if (isStatic(source)) {
       await this.#apply([...source]);
       return;
@@ -69,7 +76,7 @@ export class TopicSubscription {
       "topic discovery on",
     );
     this.#lastStart = Date.now();
-    const run = this.#apply(selectTopics(await this.#o.list(), source.rules));
+    const run = (async () => this.#apply(selectTopics(await this.#client.list(), source.rules)))();
     this.#running = run;
     try {
       await run;
@@ -106,15 +113,15 @@ export class TopicSubscription {
   }
 
   async #refresh(): Promise<void> {
-    const source = this.#o.source;
+    const source = this.#o.topics;
     if (isStatic(source) || this.#stopped) return;
     this.#lastStart = Date.now();
     let next = source.refreshMs;
     try {
-      await this.#apply(selectTopics(await this.#o.list(), source.rules));
+      await this.#apply(selectTopics(await this.#client.list(), source.rules));
     } catch (err) {
       next = Math.min(next, RETRY_MS);
-      this.#o.log.warn({ err, retryInMs: next }, "topic discovery failed; the subscription stays as it was");
+      this.#o.log.warn({ err, retryInMs: next }, "topic discovery failed; trying again");
     }
     this.#schedule(next);
   }
@@ -123,12 +130,12 @@ export class TopicSubscription {
     const change = topicChange(this.#topics, topics);
     if (this.#applied && !this.#dirty && change.added.length === 0 && change.removed.length === 0) return;
     this.#dirty = true;
-    await this.#o.apply(topics, change);
+    await this.#client.apply(topics, change);
     this.#dirty = false;
     const first = !this.#applied;
     this.#applied = true;
     this.#topics = topics;
-    this.#o.gauge?.set(topics.length);
+    this.#o.topicsSubscribed?.set(topics.length);
     if (topics.length === 0) {
       this.#o.log.warn({ removed: change.removed }, "no topic to consume: waiting for discovery to find one");
     } else {
