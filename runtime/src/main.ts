@@ -27,9 +27,14 @@ async function run(argv: string[]): Promise<number> {
 
   const metrics: Metrics = createMetrics({ namespace: cfg.metrics.namespace });
   const health = new Health();
-  // In a pod of an ArchivePipeline: its health reported into the pipeline's status.pods.
-  const reporter = startStatusReporter({ health, env: process.env, log });
   const supervisor = new Supervisor({ env: process.env, metrics, log, health });
+  // In a pod of an ArchivePipeline: its health reported into the pipeline's status.pods.
+  const reporter = startStatusReporter({
+    health,
+    env: process.env,
+    log,
+    deliveryGuarantee: () => supervisor.deliveryGuarantee(),
+  });
   const server = await startObserveServer(cfg.metrics.addr, metrics.registry, {
     health: () => health.snapshot(),
     pressure: () => supervisor.pressure(),

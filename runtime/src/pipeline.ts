@@ -50,6 +50,8 @@ export interface PipelineDeps {
 export type PipelineExit = { code: 0 } | { code: 1; reason: string };
 
 export class Pipeline implements TransportSink {
+  /** The delivery guarantee in force and why, as pipeline_delivery_guarantee reports it. */
+  readonly guarantee: { guarantee: string; reason: string };
   readonly #cfg: ResolvedConfig;
   readonly #transport: Transport;
   readonly #m: Metrics;
@@ -188,14 +190,14 @@ export class Pipeline implements TransportSink {
         else this.#log.info("sink circuit closed: writes land again");
       },
     });
-    const guarantee = cfg.offsetsHeld
+    this.guarantee = cfg.offsetsHeld
       ? { guarantee: "at_least_once", reason: "offsets_held_until_durable" }
       : {
           guarantee: "best_effort",
           reason: this.#transport.replayable ? "acknowledgements_disabled" : "sink_cannot_confirm",
         };
     this.#m.pipelineDeliveryGuarantee.reset();
-    this.#m.pipelineDeliveryGuarantee.set(guarantee, 1);
+    this.#m.pipelineDeliveryGuarantee.set(this.guarantee, 1);
   }
 
   /** Starts receiving; resolves once the transport runs. `done` resolves when the pipeline has drained. */

@@ -239,6 +239,7 @@ describe("pods' reports into status.pods", () => {
     assert.equal(conditionOf(p, "Idle")?.reason, "PodsArchiving");
     assert.match(conditionOf(p, "Idle")!.message, new RegExp(`${pod} Running`));
     assert.deepEqual(entry(p, pod)?.components?.transport?.state, "ok");
+    assert.equal(entry(p, pod)?.deliveryGuarantee, "at_least_once");
     row = (await kubectlGet(namespace))["events"]!;
     assert.equal(row["Idle"], "False");
     assert.equal(row["Destination"], destination);

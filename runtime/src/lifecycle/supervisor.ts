@@ -58,6 +58,11 @@ export class Supervisor {
     return this.#pipeline?.pressure() ?? 0;
   }
 
+  /** The running pipeline's delivery guarantee; undefined while none runs. */
+  deliveryGuarantee(): string | undefined {
+    return this.#pipeline?.guarantee.guarantee;
+  }
+
   /** A config read that differs from the last one: applied after whatever is in progress. */
   apply(read: ConfigRead): void {
     this.#enqueue(() => this.#apply(read));

@@ -126,10 +126,16 @@ export function startStatusReporter(o: ReporterOptions): StatusReporter | undefi
   if (id === undefined) return undefined;
   const kc = new KubeConfig();
   const kubeconfig = o.env["KUBECONFIG"];
-  if (kubeconfig) kc.loadFromFile(kubeconfig);
-  else if (o.env["KUBERNETES_SERVICE_HOST"]) kc.loadFromCluster();
-  else {
+  if (!kubeconfig && !o.env["KUBERNETES_SERVICE_HOST"]) {
     o.log.warn({ pod: id.pod }, "status report off: neither in a cluster nor given KUBECONFIG");
+    return undefined;
+  }
+  try {
+    if (kubeconfig) kc.loadFromFile(kubeconfig);
+    else kc.loadFromCluster();
+  } catch (err) {
+    // Unreadable credentials turn the report off; the pipeline runs on regardless.
+    o.log.warn({ pod: id.pod, err: describe(err) }, "status report off: credentials unreadable");
     return undefined;
   }
   return new Reporter(kc.makeApiClient(CustomObjectsApi), id, o);
