@@ -29,8 +29,18 @@ class Sink implements TransportSink {
   readonly records: string[] = [];
   readonly assigned: PartitionRef[] = [];
   readonly revoked: PartitionRef[] = [];
+  /** The next batch waits for this before it is taken; `holding` is set while it waits. */
+  hold: Promise<void> | undefined;
+  holding = false;
 
   async onBatch(batch: InboundBatch): Promise<void> {
+    const hold = this.hold;
+    if (hold !== undefined) {
+      this.hold = undefined;
+      this.holding = true;
+      await hold;
+      this.holding = false;
+    }
     for (const r of batch.records) this.records.push(`${batch.topic}/${batch.partition}/${r.offset}`);
   }
   onAssigned(partitions: readonly PartitionRef[]): void {
@@ -198,6 +208,28 @@ for (const client of Object.keys(CLIENTS) as (keyof typeof CLIENTS)[]) {
     await produce(a, 3, values(1));
     await until("the new topic's records", () => h.sink.offsets(a).length === 3);
     assert.equal(await h.subscribed(), 1);
+  });
+
+  test(`${client}: a batch the sink is still taking when the subscription changes is delivered once`, async (t) => {
+    const prefix = uniqueName("disc");
+    const a = await kafkaTopic(t, { name: `${prefix}-a` });
+    await produce(a, 5, values(1));
+    const h = harness(t, client, prefix);
+    let release!: () => void;
+    h.sink.hold = new Promise<void>((r) => (release = r));
+    await h.transport.start(h.sink);
+    await until("a batch held by the sink", () => h.sink.holding);
+
+    const b = await kafkaTopic(t, { name: `${prefix}-b` });
+    await produce(b, 3, values(1));
+    await sleep(3 * REFRESH_MS); // the change is under way while the batch is held
+    await produce(a, 5, values(1));
+    release();
+    await until("every record", () => h.sink.offsets(a).length >= 10 && h.sink.offsets(b).length === 3);
+    await sleep(1500); // anything read again shows up by now
+    assert.deepEqual(h.sink.offsets(a), range(0, 10), "each offset of the held partition once, in order");
+    assert.deepEqual(h.sink.offsets(b), range(0, 3));
+    assert.deepEqual(h.sink.revoked, []);
   });
 
   test(`${client}: a partition paused before a subscription change stays paused after it`, async (t) => {
