@@ -48,7 +48,7 @@ function kafkaTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit, m
     // About a kilobyte a record: batch_size records per fetch, but no more than the memory limit affords (a fetch is
     // held compressed and decompressed while its records are routed).
     maxBytesPerPartition: Math.max(1 << 20, Math.min(k.batch_size * 1024, Math.floor(memory.bytes / 128))),
-    maxBytes: Math.max(4 << 20, Math.floor(memory.bytes / 32)),
+    maxBytes: Math.max(4 << 20, Math.min(64 << 20, Math.floor(memory.bytes / 32))),
     log,
   });
 }
