@@ -1,0 +1,172 @@
+// Shared by the runtime benchmarks: the workload (about 700-byte JSON records over orgs x event types, produced with
+// kcat in lz4 batches) and a run of the real runtime as a child process, measured from outside (/proc and /metrics).
+import { execFileSync, spawn } from "node:child_process";
+import { createWriteStream, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { once } from "node:events";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { stringify } from "yaml";
+import { kafka, need, uniqueName } from "../e2e/support/testbed.ts";
+import { freePort, mainTs, nodeBin, sumMetric } from "../e2e/support/archiver.ts";
+
+export const PARTITIONS = 6;
+export const MB = 1e6;
+
+export function makeRecord(i: number, orgs: number, types: number): string {
+  const base = {
+    _org_id: `org-${(i * 7919) % orgs}`,
+    // The type advances once per `orgs` records, so every (org, type) pair occurs: orgs x types destinations.
+    event_type: `type-${Math.floor(i / orgs) % types}`,
+    id: i,
+    ts: 1764676800000 + i,
+    host: `host-${i % 257}.example.internal`,
+    user: { name: `user-${i % 5003}`, roles: ["reader", i % 3 ? "writer" : "admin"], session: (i * 2654435761) >>> 0 },
+    http: { method: i % 5 ? "GET" : "POST", status: 200 + (i % 7) * 50, path: `/api/v2/items/${i % 10007}` },
+    msg: "",
+  };
+  const text = JSON.stringify(base);
+  base.msg = "m".repeat(Math.max(0, 700 - text.length - (i % 40)));
+  return JSON.stringify(base);
+}
+
+/** Writes `count` records as JSON lines; returns their bytes. */
+export async function writeData(file: string, count: number, orgs: number, types: number): Promise<number> {
+  const out = createWriteStream(file);
+  let bytes = 0;
+  for (let i = 0; i < count; i++) {
+    const line = makeRecord(i, orgs, types) + "\n";
+    bytes += line.length;
+    if (!out.write(line)) await once(out, "drain");
+  }
+  out.end();
+  await once(out, "finish");
+  return bytes;
+}
+
+export async function createTopic(): Promise<string> {
+  const topic = uniqueName("bench");
+  const admin = kafka().admin();
+  await admin.connect();
+  await admin.createTopics({ topics: [{ topic, numPartitions: PARTITIONS }], waitForLeaders: true });
+  await admin.disconnect();
+  return topic;
+}
+
+/** Produces a JSON-lines file to a new topic with kcat, lz4 batches. */
+export function produceFile(topic: string, file: string, extra: string[] = []): void {
+  execFileSync("kcat", ["-P", "-b", need("TESTBED_KAFKA_BROKERS"), "-t", topic, "-z", "lz4", ...extra, "-l", file]);
+}
+
+/** CPU seconds so far and peak RSS (VmHWM) of a process. */
+function procStats(pid: number): { cpu: number; rss: number } {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+  const ticks = Number(stat[11]) + Number(stat[12]);
+  const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
+  return { cpu: ticks / 100, rss: Number(hwm ?? 0) * 1024 };
+}
+
+export interface RunResult {
+  seconds: number;
+  cpu: number;
+  peakRss: number;
+  heldBytesPerRecord: number;
+  /** The most staged_bytes and uploads_pending seen (object destinations). */
+  maxStagedBytes: number;
+  maxUploadsPending: number;
+}
+
+export interface RunOptions {
+  env?: Record<string, string>;
+  client?: string;
+  /** archive: keys over the local destination; `dir` is the run's own directory. */
+  archive?: (dir: string) => Record<string, unknown>;
+  /**
+   * received (default): the time runs to the clean exit after every record was received, the drain completing the
+   * files. archived: the time runs until the store confirmed every record (messages_archived_total), then it stops.
+   */
+  until?: "received" | "archived";
+}
+
+export async function runArchiver(
+  workDir: string,
+  topic: string,
+  count: number,
+  o: RunOptions = {},
+): Promise<RunResult> {
+  const dir = mkdtempSync(join(workDir, "run-"));
+  const config = join(dir, "config.yaml");
+  writeFileSync(
+    config,
+    stringify({
+      kafka: {
+        brokers: need("TESTBED_KAFKA_BROKERS").split(","),
+        group_id: uniqueName("bench"),
+        topics: [topic],
+        client: o.client ?? "kafkajs",
+      },
+      archive: { destination: `file://${join(dir, "archive")}`, ...o.archive?.(dir) },
+      buffer: { spool_dir: join(dir, "spool") },
+      compression: { codec: "zstd", level: 3 },
+      routing: { mode: "expression", expression_fields: ["_org_id", "event_type"] },
+      dlq: { enabled: false },
+      logger: { level: "warn" },
+    }),
+  );
+  const done = o.until === "archived" ? "messages_archived_total" : "messages_received_total";
+  const addr = `127.0.0.1:${await freePort()}`;
+  const t0 = process.hrtime.bigint();
+  const proc = spawn(nodeBin, [mainTs, "run", "--config", config, "--metrics-addr", addr], {
+    stdio: ["ignore", "inherit", "inherit"],
+    env: { ...process.env, ...o.env },
+  });
+  const pid = proc.pid ?? 0;
+  let held = 0;
+  let heldBytes = 0;
+  let maxStagedBytes = 0;
+  let maxUploadsPending = 0;
+  let last: { cpu: number; rss: number };
+  let seconds = 0;
+  for (;;) {
+    await sleep(250);
+    if (proc.exitCode !== null) throw new Error(`archiver exited ${proc.exitCode}`);
+    last = procStats(pid);
+    const text = await fetch(`http://${addr}/metrics`).then(
+      (r) => r.text(),
+      () => "",
+    );
+    const h = sumMetric(text, "held_records");
+    if (h > held) {
+      held = h;
+      heldBytes = sumMetric(text, "held_offset_bytes");
+    }
+    maxStagedBytes = Math.max(maxStagedBytes, sumMetric(text, "staged_bytes"));
+    maxUploadsPending = Math.max(maxUploadsPending, sumMetric(text, "uploads_pending"));
+    if (sumMetric(text, done) >= count) break;
+  }
+  if (o.until === "archived") seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  const exited = once(proc, "exit");
+  proc.kill("SIGTERM");
+  const poll = setInterval(() => {
+    try {
+      const s = procStats(pid);
+      if (s.rss > 0) last = s;
+    } catch {
+      // gone: the last reading stands
+    }
+  }, 100);
+  const [code] = (await exited) as [number | null];
+  clearInterval(poll);
+  if (code !== 0) throw new Error(`archiver exited ${code} after SIGTERM`);
+  if (o.until !== "archived") seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  rmSync(dir, { recursive: true, force: true });
+  return {
+    seconds,
+    cpu: last.cpu,
+    peakRss: last.rss,
+    heldBytesPerRecord: held ? heldBytes / held : 0,
+    maxStagedBytes,
+    maxUploadsPending,
+  };
+}
+
+export const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
