@@ -210,7 +210,8 @@ export class KafkaTransport implements Transport {
     // A commit computed before a rebalance took a partition away must not land over its new owner's.
     const mine = offsets.filter((o) => this.#assignment.get(o.topic)?.includes(o.partition) === true);
     const c = this.#consumer;
-    if (c !== undefined && mine.length > 0) {
+    if (mine.length > 0) {
+      if (c === undefined) throw new ArchiverError("kafka_commit_failed", "no consumer to commit through", "retryable");
       const sent = c.commitOffsets(mine.map((o) => ({ ...o })));
       this.#commits.add(sent);
       try {
