@@ -90,7 +90,7 @@ log "installing the operator's chart"
 # mounted under /app, where Node finds those modules; they use MinIO's development keys, as services.yaml sets them.
 "${KUBECTL[@]}" create namespace "$NS"
 "${KUBECTL[@]}" -n "$NS" create configmap kind-e2e-scripts \
-  --from-file="$here/produce.ts" --from-file="$here/make-bucket.ts" --from-file="$here/count-archived.ts"
+  --from-file="$here/produce.ts" --from-file="$here/s3.ts"
 helper() { # helper NAME SCRIPT ARGS...: runs one script to completion, prints its output
   local name=$1 script=$2; shift 2
   local args
@@ -124,7 +124,7 @@ EOF
 log "applying $SAMPLE"
 "${KUBECTL[@]}" -n kafka exec kafka-0 -- /opt/kafka/bin/kafka-topics.sh --bootstrap-server localhost:9092 \
   --create --if-not-exists --topic events --partitions 3
-helper make-bucket make-bucket.ts http://minio.minio.svc:9000 archive >&2
+helper make-bucket s3.ts make-bucket http://minio.minio.svc:9000 archive >&2
 "${KUBECTL[@]}" -n "$NS" apply -f "$SAMPLE"
 "${KUBECTL[@]}" -n "$NS" wait "archivepipeline/$PIPELINE" --for=condition=Ready --timeout="${TIMEOUT}s"
 
@@ -134,7 +134,7 @@ helper produce produce.ts kafka.kafka.svc:9092 events "$RECORDS" >&2
 log "waiting for all $RECORDS in MinIO (the sample rolls files every 30 s)"
 deadline=$((SECONDS + TIMEOUT))
 while :; do
-  counted=$(helper count count-archived.ts http://minio.minio.svc:9000 archive events/)
+  counted=$(helper count s3.ts count http://minio.minio.svc:9000 archive events/)
   log "archived: $counted"
   [[ $counted =~ \"seqs\":([0-9]+) ]] && ((BASH_REMATCH[1] == RECORDS)) && break
   ((SECONDS < deadline)) || die "not every record reached MinIO within ${TIMEOUT}s"

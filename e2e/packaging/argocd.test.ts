@@ -8,14 +8,12 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { KubernetesObjectApi, PatchStrategy } from "@kubernetes/client-node";
-import pino from "pino";
 import { FIELD_MANAGER as OPERATOR } from "../../operator/src/api/group.ts";
 import type { ArchivePipeline } from "../../operator/src/api/spec.ts";
-import { startOperator } from "../../operator/src/main.ts";
-import { installCrds } from "../../operator/test/support/kube.ts";
+import { installCrds, runOperator } from "../../operator/test/support/kube.ts";
 import { waitFor } from "../support/archiver.ts";
 import { manifestFile, repo, type Manifest } from "../support/packaging.ts";
-import { kubeConfig, kubeNamespace, need } from "../support/testbed.ts";
+import { kubeConfig, kubeNamespace } from "../support/testbed.ts";
 
 const ARGOCD = "argocd-controller";
 const docs = join(repo, "docs", "argocd");
@@ -38,16 +36,7 @@ describe("under Argo CD", () => {
   it("a reconciled pipeline shows no diff against Git", async (t) => {
     await installCrds();
     const namespace = await kubeNamespace(t);
-    const op = await startOperator({
-      kubeconfig: need("TESTBED_KUBECONFIG"),
-      namespace,
-      image: "ghcr.io/dfe/dfe-archiver:test",
-      metricsAddr: "127.0.0.1:0",
-      leaderElect: false,
-      leaseNamespace: namespace,
-      log: pino({ level: "silent" }),
-    });
-    t.after(() => op.shutDown());
+    await runOperator(t, namespace);
 
     const api = KubernetesObjectApi.makeApiClient(kubeConfig());
     const git = manifestFile(join(repo, "config", "samples", "archiver_v1alpha1_archivepipeline_minio.yaml")).map(

@@ -47,7 +47,7 @@ describe("e2e/kind", () => {
     // The script creates the sample's topic and bucket, and reads back under its prefix.
     assert.match(text, new RegExp(`--topic ${sample.spec.kafka.topics[0]} `));
     const [, bucket, prefix] = /^minio:\/\/([^/]+)\/(.+)$/.exec(sample.spec.archive.destination) ?? [];
-    assert.match(text, new RegExp(`make-bucket\\.ts http://minio\\.minio\\.svc:9000 ${bucket} `));
-    assert.match(text, new RegExp(`count-archived\\.ts http://minio\\.minio\\.svc:9000 ${bucket} ${prefix}/\\)`));
+    assert.match(text, new RegExp(`s3\\.ts make-bucket http://minio\\.minio\\.svc:9000 ${bucket} `));
+    assert.match(text, new RegExp(`s3\\.ts count http://minio\\.minio\\.svc:9000 ${bucket} ${prefix}/\\)`));
   });
 });

@@ -30,14 +30,12 @@ import {
   setHeaderOptions,
   type KubernetesObject,
 } from "@kubernetes/client-node";
-import pino from "pino";
 import { GROUP, PLURAL, VERSION } from "../../operator/src/api/group.ts";
 import type { ArchivePipeline } from "../../operator/src/api/spec.ts";
 import { isNotFound } from "../../operator/src/controller/apply.ts";
 import { LEASE_NAME } from "../../operator/src/controller/leader.ts";
-import { startOperator } from "../../operator/src/main.ts";
 import { objectNames, renderAll, renderRole } from "../../operator/src/render/index.ts";
-import { createPipeline, installCrds } from "../../operator/test/support/kube.ts";
+import { createPipeline, installCrds, runOperator } from "../../operator/test/support/kube.ts";
 import { tempDir, waitFor } from "../support/archiver.ts";
 import { FIELD_MANAGER, renderChart, type Manifest } from "../support/packaging.ts";
 import { kubeConfig, kubeConfigForToken, kubeNamespace, need, uniqueName } from "../support/testbed.ts";
@@ -177,17 +175,7 @@ describe("the chart's RBAC", () => {
     const kubeconfig = join(tempDir(t), "kubeconfig");
     writeFileSync(kubeconfig, JSON.stringify(config), { mode: 0o600 });
 
-    const op = await startOperator({
-      kubeconfig,
-      namespace,
-      image: "ghcr.io/dfe/dfe-archiver:test",
-      metricsAddr: "127.0.0.1:0",
-      leaderElect: true,
-      leaseNamespace: namespace,
-      log: pino({ level: process.env["OPERATOR_TEST_LOG"] ?? "silent" }),
-    });
-    let stopped = false;
-    t.after(() => (stopped ? undefined : op.shutDown()));
+    const op = await runOperator(t, namespace, { kubeconfig, leaderElect: true });
 
     const names = objectNames("lp");
     const read = (apiVersion: string, kind: string, name: string) =>
@@ -278,7 +266,6 @@ describe("the chart's RBAC", () => {
       30_000,
     );
     await op.shutDown();
-    stopped = true;
 
     // Nothing forbidden.
     const refused = proxy.requests.filter((r) => r.status === 401 || r.status === 403);
