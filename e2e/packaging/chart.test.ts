@@ -11,7 +11,7 @@ import { crdYaml } from "../../operator/src/api/crd.ts";
 import { createMetrics } from "../../runtime/src/observe/metrics.ts";
 import { tempDir } from "../support/archiver.ts";
 import { chartDir, dryRunApply, helm, kubeVersion, renderChart, repo, type Manifest } from "../support/packaging.ts";
-import { kubeNamespace, uniqueName } from "../support/testbed.ts";
+import { kubeNamespace, need, uniqueName } from "../support/testbed.ts";
 
 const pkg = JSON.parse(readFileSync(join(repo, "package.json"), "utf8")) as { version: string };
 const chart = parse(readFileSync(join(chartDir, "Chart.yaml"), "utf8")) as { version: string; appVersion: string };
@@ -119,6 +119,28 @@ describe("the Helm chart", () => {
     };
     assert.equal(dashboard.metadata.labels?.["grafana_dashboard"], "1");
     assert.doesNotThrow(() => JSON.parse(dashboard.data["dfe-archiver.json"]!));
+  });
+
+  it("prints NOTES that name the release's Deployment, the Lease and what it watches", () => {
+    const notes = (values: string[]) => {
+      const out = helm([
+        "install",
+        "dfe",
+        chartDir,
+        "--namespace",
+        "ops",
+        "--dry-run=client",
+        "--kubeconfig",
+        need("TESTBED_KUBECONFIG"),
+        ...values,
+      ]).stdout;
+      return out.slice(out.indexOf("NOTES:"));
+    };
+    const all = notes([]);
+    assert.match(all, /kubectl -n ops get deploy dfe-dfe-archiver-operator/);
+    assert.match(all, /get lease dfe-archiver-operator/);
+    assert.match(all, /watches ArchivePipelines in every namespace/);
+    assert.match(notes(["--set", "watchNamespace=archives"]), /in namespace archives only/);
   });
 
   it("refuses values its schema does not allow, naming the key", async () => {
