@@ -67,6 +67,8 @@ function procStats(pid: number): { cpu: number; rss: number } {
 
 export interface RunResult {
   seconds: number;
+  /** Until every record was received. */
+  receivedSeconds: number;
   cpu: number;
   peakRss: number;
   heldBytesPerRecord: number;
@@ -80,6 +82,8 @@ export interface RunOptions {
   client?: string;
   /** archive: keys over the local destination; `dir` is the run's own directory. */
   archive?: (dir: string) => Record<string, unknown>;
+  /** buffer: keys over the defaults. */
+  buffer?: Record<string, unknown>;
   /**
    * received (default): the time runs to the clean exit after every record was received, the drain completing the
    * files. archived: the time runs until the store confirmed every record (messages_archived_total), then it stops.
@@ -105,7 +109,7 @@ export async function runArchiver(
         client: o.client ?? "kafkajs",
       },
       archive: { destination: `file://${join(dir, "archive")}`, ...o.archive?.(dir) },
-      buffer: { spool_dir: join(dir, "spool") },
+      buffer: { spool_dir: join(dir, "spool"), ...o.buffer },
       compression: { codec: "zstd", level: 3 },
       routing: { mode: "expression", expression_fields: ["_org_id", "event_type"] },
       dlq: { enabled: false },
@@ -126,6 +130,7 @@ export async function runArchiver(
   let maxUploadsPending = 0;
   let last: { cpu: number; rss: number };
   let seconds = 0;
+  let receivedSeconds = 0;
   for (;;) {
     await sleep(250);
     if (proc.exitCode !== null) throw new Error(`archiver exited ${proc.exitCode}`);
@@ -141,6 +146,8 @@ export async function runArchiver(
     }
     maxStagedBytes = Math.max(maxStagedBytes, sumMetric(text, "staged_bytes"));
     maxUploadsPending = Math.max(maxUploadsPending, sumMetric(text, "uploads_pending"));
+    if (receivedSeconds === 0 && sumMetric(text, "messages_received_total") >= count)
+      receivedSeconds = Number(process.hrtime.bigint() - t0) / 1e9;
     if (sumMetric(text, done) >= count) break;
   }
   if (o.until === "archived") seconds = Number(process.hrtime.bigint() - t0) / 1e9;
@@ -161,6 +168,7 @@ export async function runArchiver(
   rmSync(dir, { recursive: true, force: true });
   return {
     seconds,
+    receivedSeconds,
     cpu: last.cpu,
     peakRss: last.rss,
     heldBytesPerRecord: held ? heldBytes / held : 0,

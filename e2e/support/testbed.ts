@@ -118,7 +118,8 @@ export async function minioBucket(t: TestContext): Promise<string> {
   return bucket;
 }
 
-async function emptyBucket(s3: S3Client, bucket: string): Promise<void> {
+/** Removes every object of a bucket and aborts its unfinished multipart uploads. */
+export async function emptyBucket(s3: S3Client, bucket: string): Promise<void> {
   for (;;) {
     const page = await s3.send(new ListObjectsV2Command({ Bucket: bucket }));
     const keys = (page.Contents ?? []).flatMap((o) => (o.Key === undefined ? [] : [{ Key: o.Key }]));
