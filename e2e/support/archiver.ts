@@ -128,6 +128,17 @@ export async function waitFor(
   }
 }
 
+/** Every file under `dir`, recursively, as absolute paths; none when `dir` does not exist. */
+export function filesUnder(dir: string): string[] {
+  try {
+    return readdirSync(dir, { recursive: true, withFileTypes: true })
+      .filter((e) => e.isFile())
+      .map((e) => join(e.parentPath, e.name));
+  } catch {
+    return [];
+  }
+}
+
 /** Every archive file under `root`, relative path and size; a file not yet complete (its hidden .partial name) is not. */
 export function archiveFiles(root: string): { path: string; size: number }[] {
   const out: { path: string; size: number }[] = [];

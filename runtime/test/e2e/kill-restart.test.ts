@@ -5,14 +5,15 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { CreateBucketCommand, S3Client } from "@aws-sdk/client-s3";
+import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { kafkaTopic, minioBucket, need, privateMinio, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
 import { storeProxy } from "../../../e2e/support/proxy.ts";
 import {
   decompressWithCli,
+  filesUnder,
   linesOf,
   produce,
   readArchive,
@@ -35,20 +36,10 @@ const record = (i: number, orgs = 3) => ({
 });
 const idOf = (line: string) => (JSON.parse(line) as { id: number }).id;
 
-function walk(dir: string): string[] {
-  try {
-    return readdirSync(dir, { recursive: true, withFileTypes: true })
-      .filter((e) => e.isFile())
-      .map((e) => join(e.parentPath, e.name));
-  } catch {
-    return [];
-  }
-}
-
 /** The staged files under <spool>/uploads (quarantine aside): those with a manifest, and those without. */
 function staged(spool: string): { complete: string[]; incomplete: string[] } {
   const uploads = join(spool, "uploads");
-  const files = walk(uploads).filter((f) => !f.startsWith(join(uploads, "quarantine")));
+  const files = filesUnder(uploads).filter((f) => !f.startsWith(join(uploads, "quarantine")));
   const copies = files.filter((f) => !f.includes(".part.json"));
   return {
     complete: copies.filter((f) => files.includes(`${f}.part.json`)),
@@ -135,12 +126,7 @@ test("SIGKILL with acknowledgements off: complete staged files uploaded at resta
   const dir = tempDir(t);
   const spool = join(dir, "spool");
   const minio = await privateMinio(t);
-  const s3 = new S3Client({
-    endpoint: minio.endpoint,
-    region: "us-east-1",
-    forcePathStyle: true,
-    credentials: { accessKeyId: need("TESTBED_MINIO_ACCESS_KEY"), secretAccessKey: need("TESTBED_MINIO_SECRET_KEY") },
-  });
+  const s3 = s3Client(minio.endpoint);
   t.after(() => s3.destroy());
   const bucket = uniqueName("acks-off");
   await s3.send(new CreateBucketCommand({ Bucket: bucket }));
@@ -195,7 +181,7 @@ ${a.output().slice(-3000)}`,
 
   const archived = (await readBucket(s3, bucket, dir)).flatMap((o) => linesOf(o.content)).map(idOf);
   // An open file's frames are whole (nothing was being appended at the kill), so its own CLI reads it.
-  const quarantine = walk(join(spool, "uploads", "quarantine"));
+  const quarantine = filesUnder(join(spool, "uploads", "quarantine"));
   assert.equal(quarantine.length, left.incomplete.length);
   const quarantined = quarantine.flatMap((f) => linesOf(decompressWithCli(f))).map(idOf);
   const ids = new Set([...archived, ...quarantined]);
@@ -234,7 +220,7 @@ async function killHalfWritten(t: Parameters<typeof tempDir>[0], acknowledgement
   );
   if (!acknowledgements) await waitCommittedToEnd(groupId, topic, 30_000, () => "not committed at receipt");
   assert.equal(await a.stop("SIGKILL"), "SIGKILL");
-  const partials = walk(root).filter((f) => f.endsWith(".partial"));
+  const partials = filesUnder(root).filter((f) => f.endsWith(".partial"));
   assert.ok(partials.length >= 4, `one open file per destination: ${partials.length}`);
   const b = await startArchiver(t, config(1), { dir });
   return { N, dir, spool, root, topic, groupId, partials, b };
@@ -247,7 +233,7 @@ test("a local destination killed mid-file, kafka with acknowledgements: half-wri
   await waitCommittedToEnd(groupId, topic, 60_000, () => `not caught up:\n${b.output().slice(-3000)}`);
   assert.equal(await b.stop(), 0);
   assert.deepEqual(
-    walk(root).filter((f) => f.endsWith(".partial")),
+    filesUnder(root).filter((f) => f.endsWith(".partial")),
     [],
     "no half-written file is left",
   );
@@ -269,10 +255,10 @@ test("a local destination killed mid-file, acknowledgements off: half-written fi
   );
   assert.equal(await b.stop(), 0);
   assert.deepEqual(
-    walk(root).filter((f) => f.endsWith(".partial")),
+    filesUnder(root).filter((f) => f.endsWith(".partial")),
     [],
   );
-  const quarantine = walk(join(spool, "uploads", "quarantine"));
+  const quarantine = filesUnder(join(spool, "uploads", "quarantine"));
   assert.equal(quarantine.length, partials.length);
   for (const f of quarantine) assert.ok(!f.endsWith(".partial"), `${f} keeps its archive name`);
   const quarantined = quarantine.flatMap((f) => linesOf(decompressWithCli(f))).map(idOf);

@@ -4,12 +4,12 @@
 // record reaches the Kafka DLQ and the offsets are committed.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { ListMultipartUploadsCommand } from "@aws-sdk/client-s3";
 import { kafkaTopic, minioBucket, need, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
 import { s3Error, storeProxy } from "../../../e2e/support/proxy.ts";
 import {
+  filesUnder,
   linesOf,
   produce,
   readBucket,
@@ -19,16 +19,6 @@ import {
   waitCommittedToEnd,
   type RunningArchiver,
 } from "../../../e2e/support/archiver.ts";
-
-const stagedFiles = (dir: string): string[] => {
-  try {
-    return readdirSync(dir, { recursive: true, withFileTypes: true })
-      .filter((e) => e.isFile())
-      .map((e) => join(e.parentPath, e.name));
-  } catch {
-    return [];
-  }
-};
 
 test("a key past 1024 bytes and an EntityTooLarge answer: every record reaches the DLQ, the offsets are committed", async (t) => {
   const LONG = 60;
@@ -115,7 +105,7 @@ test("a key past 1024 bytes and an EntityTooLarge answer: every record reaches t
   assert.equal(okIds.size, OK);
   const leftover = await s3.send(new ListMultipartUploadsCommand({ Bucket: bucket }));
   assert.equal(leftover.Uploads?.length ?? 0, 0, "each refused attempt aborted its multipart upload");
-  assert.deepEqual(stagedFiles(join(spool, "uploads")), [], "refused files discarded once dead-lettered");
+  assert.deepEqual(filesUnder(join(spool, "uploads")), [], "refused files discarded once dead-lettered");
 
   const deadLettered = long.length + huge.length + SPLIT;
   t.diagnostic(

@@ -5,8 +5,8 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { CreateBucketCommand, S3Client } from "@aws-sdk/client-s3";
-import { kafkaTopic, need, privateMinio, uniqueName } from "../../../e2e/support/testbed.ts";
+import { CreateBucketCommand } from "@aws-sdk/client-s3";
+import { kafkaTopic, need, privateMinio, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
 import {
   linesOf,
   produce,
@@ -23,12 +23,7 @@ test("MinIO down for 60 s mid-stream: nothing lost, staging bounded, intake paus
   const CAP = 1 << 20;
   const dir = tempDir(t);
   const minio = await privateMinio(t);
-  const s3 = new S3Client({
-    endpoint: minio.endpoint,
-    region: "us-east-1",
-    forcePathStyle: true,
-    credentials: { accessKeyId: need("TESTBED_MINIO_ACCESS_KEY"), secretAccessKey: need("TESTBED_MINIO_SECRET_KEY") },
-  });
+  const s3 = s3Client(minio.endpoint);
   t.after(() => s3.destroy());
   const bucket = uniqueName("outage");
   await s3.send(new CreateBucketCommand({ Bucket: bucket }));
