@@ -22,7 +22,7 @@ import type { MemoryLimit } from "./regulate/memory.ts";
 import { createLatch, latchSources, type Latch } from "./regulate/latch.ts";
 import { createPressure, type Pressure } from "./regulate/pressure.ts";
 import { createSinkCircuit, SinkTally, type SinkCircuit, type SinkOutcomes } from "./regulate/circuit.ts";
-import { readRss } from "./regulate/sampler.ts";
+import { readRss, reclaim } from "./regulate/sampler.ts";
 import { ArchiverError, ConfigError, isRetryable } from "./errors.ts";
 
 const TICK_MS = 1000;
@@ -164,6 +164,8 @@ export class Pipeline implements TransportSink {
         this.#health?.set("transport", "degraded", `intake paused by self-regulation (${source})`);
         this.#log.warn({ source, ratio }, "self-regulation: intake paused");
       },
+      // Paused on memory, the garbage of finished work is what holds RSS up (see reclaim).
+      whilePaused: (source) => void (source === "memory" && reclaim()),
       onResume: () => {
         this.#transport.resume([...this.#assigned.values()]);
         this.#health?.set("transport", "ok");

@@ -14,6 +14,8 @@ export interface LatchOptions {
   sources: Record<string, () => number>;
   onPause: (source: string, ratio: number) => void;
   onResume: () => void;
+  /** Called before each reading while paused, with the source holding the latch: a chance to shed what it counts. */
+  whilePaused?: (source: string) => void;
   /** self_regulation_paused: 1 while paused. */
   gauge?: { set(value: number): void };
 }
@@ -36,6 +38,7 @@ export function createLatch(opts: LatchOptions): Latch {
   const names = Object.keys(opts.sources);
   const reads = Object.values(opts.sources);
   let paused = false;
+  let holder: string | undefined;
   opts.gauge?.set(0);
 
   return {
@@ -43,6 +46,7 @@ export function createLatch(opts: LatchOptions): Latch {
       return paused;
     },
     check(): LatchState {
+      if (paused && holder !== undefined) opts.whilePaused?.(holder);
       let source: string | undefined;
       let hottest = 0;
       for (let i = 0; i < reads.length; i++) {
@@ -61,8 +65,11 @@ export function createLatch(opts: LatchOptions): Latch {
       if (!paused && source !== undefined && hottest >= opts.pauseAbove) {
         opts.onPause(source, hottest);
         paused = true;
+        holder = source;
         opts.gauge?.set(1);
-      } else if (paused && hottest < opts.resumeBelow) {
+      } else if (paused && hottest >= opts.resumeBelow) {
+        holder = source;
+      } else if (paused) {
         opts.onResume();
         paused = false;
         opts.gauge?.set(0);
