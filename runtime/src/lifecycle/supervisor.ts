@@ -132,12 +132,14 @@ export class Supervisor {
 
   #showRefused(error: ArchiverError): void {
     this.#d.metrics.configValid.set(0);
+    this.#d.health.setConfigRefused(true);
     this.#d.health.set("work_config", "degraded", `config change refused, running config kept: ${error.message}`);
   }
 
   #markValid(cfg: ResolvedConfig): void {
     const idle = idleReason(cfg);
     this.#d.metrics.configValid.set(1);
+    this.#d.health.setConfigRefused(false);
     this.#d.health.setIdle(idle !== undefined);
     this.#d.health.set("work_config", idle ? "degraded" : "ok", idle);
   }

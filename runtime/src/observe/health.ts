@@ -18,6 +18,8 @@ export interface HealthSnapshot {
   ready: boolean;
   /** True while no destination is configured and no pipeline runs. */
   idle: boolean;
+  /** True while the last config change was refused and the running (or idle) config kept. */
+  configRefused: boolean;
   components: Record<ComponentName, HealthComponent>;
 }
 
@@ -30,6 +32,7 @@ export class Health {
     sink: { state: "ok" },
   };
   #idle = false;
+  #configRefused = false;
   #listeners = new Set<(s: HealthSnapshot) => void>();
 
   set(name: ComponentName, state: ComponentState, reason?: string): void {
@@ -45,11 +48,23 @@ export class Health {
     this.#emit();
   }
 
+  setConfigRefused(refused: boolean): void {
+    if (this.#configRefused === refused) return;
+    this.#configRefused = refused;
+    this.#emit();
+  }
+
   snapshot(): HealthSnapshot {
     const comps = this.#components;
     let status: ComponentState = "ok";
     for (const name of COMPONENTS) if (RANK[comps[name].state] > RANK[status]) status = comps[name].state;
-    return { status, ready: status !== "failed", idle: this.#idle, components: comps };
+    return {
+      status,
+      ready: status !== "failed",
+      idle: this.#idle,
+      configRefused: this.#configRefused,
+      components: comps,
+    };
   }
 
   /** Calls `listener` after every change; returns the unsubscribe. */

@@ -41,7 +41,8 @@ export function podFieldManager(pod: string): string {
 const metaTime = (at: Date) => at.toISOString().replace(/\.\d+Z$/, "Z");
 
 /**
- * The pod's entry from a health snapshot. Idle (no destination) unless a component has failed; Degraded when any
+ * The pod's entry from a health snapshot. Idle (no destination) unless a component has failed or the last config
+ * change was refused (a change that did not take is a fault to show, not a state to wait in); Degraded when any
  * component is not ok, its reason naming each such component; Running otherwise.
  */
 export function podReport(pod: string, s: HealthSnapshot, at: Date, deliveryGuarantee?: string): PodReport {
@@ -54,7 +55,7 @@ export function podReport(pod: string, s: HealthSnapshot, at: Date, deliveryGuar
   const faults = COMPONENTS.filter((n) => s.components[n].state !== "ok");
   const failed = faults.some((n) => s.components[n].state === "failed");
   const base = { name: pod, components, lastReport: metaTime(at) };
-  if (s.idle && !failed) {
+  if (s.idle && !failed && !s.configRefused) {
     const reason = s.components.work_config.reason;
     return { ...base, state: "Idle", ...(reason === undefined ? {} : { reason }) };
   }

@@ -47,6 +47,18 @@ describe("podReport", () => {
     r = report(h);
     assert.equal(r.state, "Degraded");
   });
+
+  it("reports Degraded while idle when the last config change was refused, and Idle again once it is fixed", () => {
+    const h = new Health();
+    h.setIdle(true);
+    h.set("work_config", "degraded", "config change refused, running config kept: compression.codec: ...");
+    h.setConfigRefused(true);
+    assert.equal(report(h).state, "Degraded");
+    assert.match(report(h).reason ?? "", /^work_config degraded: config change refused/);
+    h.setConfigRefused(false);
+    h.set("work_config", "degraded", "no destination configured");
+    assert.equal(report(h).state, "Idle");
+  });
 });
 
 describe("podIdentity and podFieldManager", () => {
