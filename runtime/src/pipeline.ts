@@ -57,6 +57,8 @@ export class Pipeline implements TransportSink {
   readonly #m: Metrics;
   readonly #log: Logger;
   readonly #health: Health | undefined;
+  #pausedBy: string | undefined;
+  #connection: string | undefined;
   readonly #tracker: OffsetTracker;
   readonly #router: Router;
   readonly #codec: Codec;
@@ -161,14 +163,16 @@ export class Pipeline implements TransportSink {
       }),
       onPause: (source, ratio) => {
         this.#transport.pause([...this.#assigned.values()]);
-        this.#health?.set("transport", "degraded", `intake paused by self-regulation (${source})`);
+        this.#pausedBy = source;
+        this.#showTransport();
         this.#log.warn({ source, ratio }, "self-regulation: intake paused");
       },
       // Paused on memory, the garbage of finished work is what holds RSS up (see reclaim).
       whilePaused: (source) => void (source === "memory" && reclaim()),
       onResume: () => {
         this.#transport.resume([...this.#assigned.values()]);
-        this.#health?.set("transport", "ok");
+        this.#pausedBy = undefined;
+        this.#showTransport();
         this.#log.info("self-regulation: intake resumed");
       },
     });
@@ -341,6 +345,19 @@ export class Pipeline implements TransportSink {
     );
     this.#inflight.add(sent);
     void sent.finally(() => this.#inflight.delete(sent));
+  }
+
+  onState(state: "ok" | "degraded", reason?: string): void {
+    this.#connection = state === "ok" ? undefined : (reason ?? "degraded");
+    this.#showTransport();
+  }
+
+  // A pause by the latch and the client's own view of its connection both show on the one transport component.
+  #showTransport(): void {
+    if (this.#pausedBy !== undefined)
+      this.#health?.set("transport", "degraded", `intake paused by self-regulation (${this.#pausedBy})`);
+    else if (this.#connection !== undefined) this.#health?.set("transport", "degraded", this.#connection);
+    else this.#health?.set("transport", "ok");
   }
 
   onAssigned(partitions: readonly PartitionRef[]): void {

@@ -13,6 +13,12 @@ import { Pipeline, type PipelineExit } from "../pipeline.ts";
 import { resolveMemoryLimit } from "../regulate/memory.ts";
 import { openStore } from "../store/open.ts";
 import { kafkaAuth, openTransport } from "../transport/open.ts";
+import type { Transport } from "../transport/types.ts";
+import { backoffDelay, type Backoff } from "../store/backoff.ts";
+import { setTimeout as sleep } from "node:timers/promises";
+
+/** Starting a pipeline whose broker or store is not reachable yet: from 1 s up to 30 s between attempts. */
+const START_BACKOFF: Backoff = { minMs: 1000, maxMs: 30_000 };
 
 export interface SupervisorDeps {
   env: NodeJS.ProcessEnv;
@@ -159,38 +165,51 @@ export class Supervisor {
       log.warn({ reason: idle }, "idle until configured: no broker connection, no listener");
       return { ok: true };
     }
-    let dlq: KafkaDlq | undefined;
-    try {
-      const memory = resolveMemoryLimit(cfg.memory.limit_bytes, cfg.memory.cgroup_headroom);
-      const store = await openStore(cfg, env, metrics, log);
-      if (cfg.dlq.enabled) {
-        dlq = new KafkaDlq({
-          brokers: cfg.dlq.brokers,
-          topic: cfg.dlq.topic,
-          messageMaxBytes: cfg.dlq.message_max_bytes,
-          clientId: cfg.kafka.client_id,
-          ...kafkaAuth(cfg.kafka),
-          log,
-        });
-        await dlq.start();
-      } else log.warn("the DLQ is off: records refused for good are dropped and counted in messages_dropped_total");
-      const transport = openTransport(cfg, log, memory, metrics);
-      const pipeline = new Pipeline({ config: cfg, transport, metrics, log, memory, store, dlq, health });
-      await pipeline.start();
-      this.#pipeline = pipeline;
-      this.#config = cfg;
-      this.#markValid(cfg);
-      health.set("transport", "ok");
-      health.set("sink", "ok");
-      void pipeline.done.then((exit) => this.#ended(pipeline, exit));
-      return { ok: true };
-    } catch (err) {
-      await dlq?.close().catch(() => undefined);
-      if (err instanceof ArchiverError && !err.retryable) {
-        metrics.pipelineIdle.set(this.#pipeline ? 0 : 1);
-        return { ok: false, error: err };
+    for (let failures = 0; ;) {
+      let dlq: KafkaDlq | undefined;
+      let transport: Transport | undefined;
+      // Which component a failure to start belongs to: the store, or the broker (DLQ producer and consumer).
+      let part: "sink" | "transport" = "sink";
+      try {
+        const memory = resolveMemoryLimit(cfg.memory.limit_bytes, cfg.memory.cgroup_headroom);
+        const store = await openStore(cfg, env, metrics, log);
+        part = "transport";
+        if (cfg.dlq.enabled) {
+          dlq = new KafkaDlq({
+            brokers: cfg.dlq.brokers,
+            topic: cfg.dlq.topic,
+            messageMaxBytes: cfg.dlq.message_max_bytes,
+            clientId: cfg.kafka.client_id,
+            ...kafkaAuth(cfg.kafka),
+            log,
+          });
+          await dlq.start();
+        } else log.warn("the DLQ is off: records refused for good are dropped and counted in messages_dropped_total");
+        transport = openTransport(cfg, log, memory, metrics);
+        const pipeline = new Pipeline({ config: cfg, transport, metrics, log, memory, store, dlq, health });
+        await pipeline.start();
+        this.#pipeline = pipeline;
+        this.#config = cfg;
+        this.#markValid(cfg);
+        health.set("transport", "ok");
+        health.set("sink", "ok");
+        void pipeline.done.then((exit) => this.#ended(pipeline, exit));
+        return { ok: true };
+      } catch (err) {
+        await transport?.close().catch(() => undefined);
+        await dlq?.close().catch(() => undefined);
+        if (err instanceof ArchiverError && !err.retryable) {
+          metrics.pipelineIdle.set(this.#pipeline ? 0 : 1);
+          return { ok: false, error: err };
+        }
+        // A broker or store not reachable yet: nothing was received, so waiting costs lag, never records.
+        const waitMs = backoffDelay(++failures, START_BACKOFF);
+        const reason = `cannot start, retrying in ${(waitMs / 1000).toFixed(1)} s: ${(err as Error).message}`;
+        health.set(part, "failed", reason);
+        log.warn({ err, failures, part }, "pipeline start failed; retrying");
+        for (const until = Date.now() + waitMs; Date.now() < until && !this.#stopping;) await sleep(250);
+        if (this.#stopping) return { ok: true };
       }
-      throw err;
     }
   }
 

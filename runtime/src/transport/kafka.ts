@@ -117,9 +117,15 @@ export class KafkaTransport implements Transport {
       // A fetch the broker holds open delays the drain (the consumer disconnects only once it returns): keep it short.
       maxWaitTimeInMs: 500,
     });
-    c.on(c.events.GROUP_JOIN, (e) => this.#onJoin(c, e.payload.memberAssignment));
+    c.on(c.events.GROUP_JOIN, (e) => {
+      this.#sink?.onState?.("ok");
+      this.#onJoin(c, e.payload.memberAssignment);
+    });
     // A crash is often a subscribed topic deleted under the consumer: look again now rather than at the next refresh.
-    c.on(c.events.CRASH, () => this.#subscription.refreshSoon());
+    c.on(c.events.CRASH, (e) => {
+      this.#sink?.onState?.("degraded", `consumer crashed, rejoining: ${e.payload.error.message}`);
+      this.#subscription.refreshSoon();
+    });
     return c;
   }
 

@@ -114,11 +114,18 @@ export class PlatformaticKafkaTransport implements Transport {
     const c = this.#consumer;
     const log = this.#opts.log.child({ component: "platformatic-kafka" });
     // A rebalance the library could not rejoin (retries spent) leaves the group for good: join it again.
-    c.on("error", (err: Error) => this.#rejoin(err));
-    c.on("consumer:heartbeat:stalled", (p) =>
-      log.warn({ err: p.lastError, stalledForMs: p.stalledFor }, "heartbeat stalled"),
-    );
-    c.on("consumer:group:join", (p) => this.#onJoin(p));
+    c.on("error", (err: Error) => {
+      sink.onState?.("degraded", `consumer left the group, rejoining: ${err.message}`);
+      this.#rejoin(err);
+    });
+    c.on("consumer:heartbeat:stalled", (p) => {
+      sink.onState?.("degraded", `heartbeat stalled for ${p.stalledFor} ms`);
+      log.warn({ err: p.lastError, stalledForMs: p.stalledFor }, "heartbeat stalled");
+    });
+    c.on("consumer:group:join", (p) => {
+      sink.onState?.("ok");
+      this.#onJoin(p);
+    });
     if (this.#subscription.discovering) {
       this.#admin = new Admin({
         clientId: this.#opts.clientId,

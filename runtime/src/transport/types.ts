@@ -31,6 +31,8 @@ export interface TransportSink {
   onAssigned(partitions: readonly PartitionRef[]): void;
   /** Partitions taken away (a rebalance, or their topic left the subscription): nothing of them may be committed. */
   onRevoked(partitions: readonly PartitionRef[]): void;
+  /** The connection's health as the client sees it, for the transport health component. */
+  onState?(state: "ok" | "degraded", reason?: string): void;
 }
 
 export interface Transport {

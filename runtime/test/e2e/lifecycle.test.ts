@@ -2,7 +2,7 @@
 // then restarted in-process on every valid change (no record lost), and a refused change keeps the running config.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createServer, type Socket } from "node:net";
+import { connect, createServer, type Socket } from "node:net";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { kafkaTopic, need, uniqueName } from "../../../e2e/support/testbed.ts";
@@ -196,4 +196,50 @@ test("a codec change while 100k records stream drains and restarts in-process: e
     dups += (counts.get(i) ?? 0) - 1;
   }
   t.diagnostic(`produced ${N}, archived ${counts.size} distinct, duplicated ${dups}; ${zst} zstd and ${gz} gzip files`);
+});
+
+test("a broker not reachable at start: not ready, the reason on /readyz, retried until it is, then records flow", async (t) => {
+  const dir = tempDir(t);
+  const topic = await kafkaTopic(t, { partitions: 1 });
+  const groupId = uniqueName("g");
+  // The bootstrap address is a port nothing listens on until the test forwards it to the real broker.
+  const port = await freePort();
+  const [host, realPort] = need("TESTBED_KAFKA_BROKERS").split(",")[0]!.split(":");
+  const cfg = config(dir, topic, groupId);
+  const a = await startArchiver(
+    t,
+    { ...cfg, kafka: { ...cfg.kafka, brokers: [`127.0.0.1:${port}`] } },
+    { dir, waitReady: false },
+  );
+  await waitFor(
+    async () => {
+      const r = await readyz(a).catch(() => undefined);
+      return r?.status === 503 && /transport: failed \(cannot start, retrying in/.test(r.body);
+    },
+    90_000,
+    () => `never showed the unreachable broker on /readyz:\n${a.output().slice(-3000)}`,
+  );
+  assert.equal(a.proc.exitCode, null, "the runtime gave up instead of retrying");
+
+  const sockets: Socket[] = [];
+  const forward = createServer((client) => {
+    const upstream = connect(Number(realPort), host);
+    sockets.push(client, upstream);
+    client.pipe(upstream).pipe(client);
+    client.on("error", () => upstream.destroy());
+    upstream.on("error", () => client.destroy());
+  });
+  await new Promise<void>((r) => forward.listen(port, "127.0.0.1", r));
+  t.after(() => {
+    for (const s of sockets) s.destroy();
+    forward.close();
+  });
+  await produce(topic, 1000, record);
+  await waitFor(
+    async () => (await a.metric("messages_written_total")) >= 1000,
+    120_000,
+    () => `records did not flow once the broker was reachable:\n${a.output().slice(-3000)}`,
+  );
+  assert.equal((await readyz(a)).status, 200);
+  assert.equal(await a.stop("SIGTERM"), 0, a.output().slice(-3000));
 });
