@@ -53,6 +53,7 @@ export class Supervisor {
 
   /** Starts on the boot config; a permanent fault in it (the store, the DLQ topic) refuses with exit code 2. */
   async boot(loaded: LoadedConfig): Promise<void> {
+    this.#d.health.set("transport", "degraded", "starting");
     const started = await this.#start(loaded.config);
     if (!started.ok) {
       this.#d.log.error(`refusing to start: ${started.error.message}`);
