@@ -95,6 +95,8 @@ interface Writer<T> {
   file: OpenFile<T> | undefined;
   /** Every operation on the writer chains here, so its frames never reorder or interleave. */
   tail: Promise<void>;
+  /** While the writer waits for a place: gives it the place. */
+  admit: (() => void) | undefined;
 }
 
 const SEQ: readonly TemplatePart[] = [{ token: "seq" }];
@@ -106,11 +108,10 @@ class Pool<T> implements WriterPool<T> {
   readonly #now: () => number;
   /** Writers holding a place under the cap, least recently used first. */
   readonly #open = new Map<string, Writer<T>>();
-  /** New writers waiting for a place; their appends queue on them meanwhile. */
+  /** New writers waiting for a place, in arrival order; their appends queue on them meanwhile. */
   readonly #waiting = new Map<string, Writer<T>>();
   /** Writers retired but not yet complete: each still holds its place under the cap. */
   #closing = 0;
-  #released: PromiseWithResolvers<undefined> | undefined;
   /** Background work closeAll waits for: retiring writers and completing files. */
   readonly #inflight = new Set<Promise<void>>();
   #writers = 0;
@@ -191,29 +192,32 @@ class Pool<T> implements WriterPool<T> {
       seq: 0,
       file: undefined,
       tail: Promise.resolve(),
+      admit: undefined,
     };
     this.#waiting.set(destination, w);
-    w.tail = this.#place(w);
+    w.tail = new Promise<void>((resolve) => (w.admit = resolve));
+    this.#admit();
     return w;
   }
 
-  /** Gives `w` a place under the cap, evicting the least recently used writer and waiting for a close if needed. */
-  async #place(w: Writer<T>): Promise<void> {
-    let evicted = false;
-    while (this.#open.size + this.#closing >= this.#o.maxWriters) {
-      // Each new writer evicts one; it evicts again only when no close is left that could free a place.
-      if (!evicted || this.#closing === 0) {
-        const lru = this.#open.values().next().value;
-        if (lru !== undefined) {
-          this.#retire(lru, "evict");
-          evicted = true;
-        }
-      }
-      this.#released ??= Promise.withResolvers<undefined>();
-      await this.#released.promise;
+  /**
+   * Gives free places to waiting writers in arrival order, then retires least recently used writers until every
+   * writer still waiting has a close under way to free its place. Each close frees exactly one place for exactly one
+   * waiter, so with thousands of destinations waiting no close wakes them all (which cost time quadratic in them).
+   */
+  #admit(): void {
+    for (const w of this.#waiting.values()) {
+      if (this.#open.size + this.#closing >= this.#o.maxWriters) break;
+      this.#waiting.delete(w.destination);
+      this.#open.set(w.destination, w);
+      w.admit?.();
+      w.admit = undefined;
     }
-    this.#waiting.delete(w.destination);
-    this.#open.set(w.destination, w);
+    while (this.#closing < this.#waiting.size) {
+      const lru = this.#open.values().next().value;
+      if (lru === undefined) break;
+      this.#retire(lru, "evict");
+    }
     this.#gauge();
   }
 
@@ -227,10 +231,7 @@ class Pool<T> implements WriterPool<T> {
     this.#track(
       closed.finally(() => {
         this.#closing--;
-        this.#gauge();
-        const released = this.#released;
-        this.#released = undefined;
-        released?.resolve(undefined);
+        this.#admit();
       }),
     );
   }

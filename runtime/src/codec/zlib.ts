@@ -11,6 +11,18 @@ const zstdDecompress = promisify(zlib.zstdDecompress);
 const gzip = promisify(zlib.gzip);
 const gunzip = promisify(zlib.gunzip);
 
+/**
+ * zlib's one-shot calls return a view into their 64 KiB output chunk, so a frame of a few hundred bytes (a flush of
+ * a few records, as with thousands of destinations) would hold 64 KiB until its append lands: thousands of flushes
+ * in flight held hundreds of megabytes. A frame well under its chunk is copied into memory of its own.
+ */
+export function owned(frame: Buffer): Buffer {
+  if (frame.byteLength * 2 > frame.buffer.byteLength) return frame;
+  const copy = Buffer.allocUnsafeSlow(frame.byteLength);
+  frame.copy(copy);
+  return copy;
+}
+
 export class ZstdCodec implements Codec {
   readonly name = "zstd";
   readonly suffix = ".zst";
@@ -26,7 +38,7 @@ export class ZstdCodec implements Codec {
   async compress(input: Buffer): Promise<Buffer> {
     try {
       // The pledged size also lets zstd size its tables to the flush rather than to the level's full window.
-      return await zstdCompress(input, { pledgedSrcSize: input.length, params: this.#params });
+      return owned(await zstdCompress(input, { pledgedSrcSize: input.length, params: this.#params }));
     } catch (err) {
       throw refused(this.name, err);
     }
@@ -52,7 +64,7 @@ export class GzipCodec implements Codec {
 
   async compress(input: Buffer): Promise<Buffer> {
     try {
-      return await gzip(input, { level: this.level });
+      return owned(await gzip(input, { level: this.level }));
     } catch (err) {
       throw refused(this.name, err);
     }

@@ -45,12 +45,21 @@ function kafkaTransport(cfg: ResolvedConfig, log: Logger, memory: MemoryLimit, m
     sasl,
     ssl,
     sessionTimeoutMs: k.session_timeout_ms,
-    // About a kilobyte a record: batch_size records per fetch, but no more than the memory limit affords (a fetch is
-    // held compressed and decompressed while its records are routed).
-    maxBytesPerPartition: Math.max(1 << 20, Math.min(k.batch_size * 1024, Math.floor(memory.bytes / 128))),
-    maxBytes: Math.max(4 << 20, Math.min(64 << 20, Math.floor(memory.bytes / 32))),
+    ...fetchBytes(k.batch_size, memory.bytes),
     log,
   });
+}
+
+/**
+ * Fetch sizes from the memory limit. A fetch is held whole while its records are routed: the response, each record
+ * batch decompressed, and a JS object per record, which together ran to 10-20 times its bytes on the wire (JSON
+ * records of 700 bytes, lz4). A 256th of the limit per fetch (2 MiB of a 512 MiB limit, the 64 MiB ceiling from
+ * 16 GiB up) keeps a fetch near a tenth of the limit; a partition takes at most a quarter of it, or batch_size
+ * records of about a kilobyte.
+ */
+export function fetchBytes(batchSize: number, limitBytes: number): { maxBytes: number; maxBytesPerPartition: number } {
+  const maxBytes = Math.max(1 << 20, Math.min(64 << 20, Math.floor(limitBytes / 256)));
+  return { maxBytes, maxBytesPerPartition: Math.max(256 << 10, Math.min(batchSize * 1024, Math.floor(maxBytes / 4))) };
 }
 
 function readPem(key: string, path: string): Buffer {

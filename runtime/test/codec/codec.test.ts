@@ -222,3 +222,18 @@ describe("createCodec", () => {
     }
   });
 });
+
+describe("frame memory", () => {
+  // A flush of one record with thousands of destinations: its frame must not pin zlib's 64 KiB output chunk.
+  for (const name of CODEC_NAMES) {
+    it(`a ${name} frame of one small record holds little more memory than its bytes`, async () => {
+      const codec = createCodec(name);
+      const frame = await codec.compress(jsonLines(700, 3));
+      assert.ok(
+        frame.buffer.byteLength <= Math.max(2 * frame.length, 8192),
+        `${frame.length}-byte frame holds ${frame.buffer.byteLength} bytes`,
+      );
+      assert.deepEqual(await codec.decompress(frame), jsonLines(700, 3));
+    });
+  }
+});
