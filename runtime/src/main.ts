@@ -9,6 +9,8 @@ import { startObserveServer } from "./observe/http.ts";
 import { createLogger } from "./observe/log.ts";
 import { createMetrics, type Metrics } from "./observe/metrics.ts";
 import { startStatusReporter } from "./observe/report.ts";
+import { sizeHeap } from "./regulate/heap.ts";
+import { resolveMemoryLimit } from "./regulate/memory.ts";
 
 const USAGE = `usage: dfe-archiver run [--config PATH] [--log-level LEVEL] [--log-format json|text] [--metrics-addr HOST:PORT]`;
 
@@ -21,7 +23,10 @@ async function run(argv: string[]): Promise<number> {
   }
   const loaded = first.loaded;
   const cfg = loaded.config;
+  // Before anything starts: this may restart the process in place with V8's heap sized from the memory limit.
+  const unsized = sizeHeap(resolveMemoryLimit(cfg.memory.limit_bytes, cfg.memory.cgroup_headroom));
   const log = createLogger(cfg.logger.level, cfg.logger.format);
+  if (unsized !== undefined) log.warn(unsized);
   for (const w of loaded.warnings) log.warn(w);
   log.info({ file: loaded.file }, "config read");
 

@@ -1,0 +1,55 @@
+// V8's heap sized from the memory guard's limit. V8 sizes its heap from the machine, not from a limit it cannot
+// see: on a 24 GB host its young generation alone commits 128 MiB (two 64 MiB semi-spaces, whatever
+// --max-old-space-size says), a quarter of a 512 MiB limit, and its old space may grow past the limit before it
+// collects. So a process given a limit (DFE_ARCHIVER_MEMORY_LIMIT_BYTES or its cgroup's) restarts itself once,
+// in place (execve: same pid, same stdio, signals still reach it), with heap flags from that limit. A flag the
+// operator already set (command line or NODE_OPTIONS) wins.
+import type { MemoryLimit } from "./memory.ts";
+
+const MIB = 1 << 20;
+/** Marks the process as restarted with its heap flags, so it never restarts again (outside DFE_ARCHIVER_*, which the config reads). */
+export const HEAP_SIZED_ENV = "DFE_HEAP_SIZED";
+
+/**
+ * The heap flags for a limit: half of it for the old space (at least 64 MiB, as docker/entrypoint.sh gives), and a
+ * 64th of it per semi-space (8 MiB at 512 MiB; 1 to 64 MiB, V8's own ceiling): scavenges stay cheap and frequent
+ * while the young generation commits a 32nd of the limit.
+ */
+export function heapFlags(limitBytes: number): { oldSpaceMiB: number; semiSpaceMiB: number } {
+  const mib = Math.floor(limitBytes / MIB);
+  return {
+    oldSpaceMiB: Math.max(64, Math.floor(mib / 2)),
+    semiSpaceMiB: Math.max(1, Math.min(64, Math.floor(mib / 64))),
+  };
+}
+
+/** The flags to add: those `given` (execArgv and NODE_OPTIONS) does not already set; none without a real limit. */
+export function missingHeapFlags(memory: MemoryLimit, given: readonly string[]): string[] {
+  if (memory.source === "host") return [];
+  const { oldSpaceMiB, semiSpaceMiB } = heapFlags(memory.bytes);
+  const has = (name: string) =>
+    given.some((a) => a.startsWith(`--${name}`) || a.startsWith(`--${name.replaceAll("-", "_")}`));
+  const out: string[] = [];
+  if (!has("max-old-space-size")) out.push(`--max-old-space-size=${oldSpaceMiB}`);
+  if (!has("max-semi-space-size")) out.push(`--max-semi-space-size=${semiSpaceMiB}`);
+  return out;
+}
+
+/**
+ * Restarts the process with the heap flags its memory limit calls for, unless it already was or the operator set
+ * them. Returns only when no restart was needed or possible (then the reason, for a warning).
+ */
+export function sizeHeap(memory: MemoryLimit, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (env[HEAP_SIZED_ENV] !== undefined) return undefined;
+  const given = [...process.execArgv, ...(env.NODE_OPTIONS ?? "").split(/\s+/)];
+  const flags = missingHeapFlags(memory, given);
+  if (flags.length === 0) return undefined;
+  if (typeof process.execve !== "function") {
+    return `V8's heap is not sized from the ${memory.bytes}-byte memory limit: start node with ${flags.join(" ")}`;
+  }
+  process.execve(process.execPath, [process.execPath, ...process.execArgv, ...flags, ...process.argv.slice(1)], {
+    ...env,
+    [HEAP_SIZED_ENV]: flags.join(" "),
+  });
+  return undefined;
+}
