@@ -14,9 +14,12 @@ export function memoryRatio(rssBytes: number, limitBytes: number): number {
 
 // V8 collects garbage only as it allocates, so a process whose intake the memory source paused allocates almost
 // nothing and its RSS keeps the garbage of the work it finished: the latch would never see memory fall and never
-// resume. A full collection, made callable at startup, returns that memory before the next reading.
+// resume. A full collection, made callable at startup, returns that memory before the next reading. The last-resort
+// flavour (V8's low-memory collection) also hands back the pages V8 keeps pooled and shrinks the young generation:
+// an ordinary full collection frees the objects but left RSS where it was, above the resume point.
 setFlagsFromString("--expose-gc");
-const collect = runInNewContext("gc") as () => void;
+const gc = runInNewContext("gc") as (options: { type: "major"; flavor: "last-resort" }) => void;
+const collect = () => gc({ type: "major", flavor: "last-resort" });
 let lastCollect = 0;
 
 /** A full garbage collection, at most once per `minIntervalMs`; true when it ran. */
