@@ -21,7 +21,7 @@ import {
   type V1Pod,
 } from "@kubernetes/client-node";
 import { configMapMount, type ConfigMapMount } from "../support/configmap.ts";
-import { freePort, mainTs, nodeBin, tempDir } from "../support/archiver.ts";
+import { freePort, mainTs, nodeBin, tempDir, watchChild } from "../support/archiver.ts";
 import { need } from "../support/testbed.ts";
 
 export interface RunningPod {
@@ -209,16 +209,11 @@ export async function runPod(t: TestContext, opts: RunPodOptions): Promise<Runni
     ["-m", "--propagation", "private", "sh", "-c", script, "pod", nodeBin, mainTs, ...args],
     { env: { ...env, ...mountEnv }, cwd: "/", stdio: ["ignore", "pipe", "pipe"] },
   );
-  let out = "";
-  proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
-  proc.stderr?.on("data", (d: Buffer) => (out += d.toString()));
-  const exited = new Promise<number | string>((res) => proc.once("exit", (code, sig) => res(code ?? sig ?? -1)));
-  let done = false;
-  void exited.then(() => (done = true));
+  const { output, exited, done } = watchChild(t, proc);
 
   // The kubelet's ConfigMap sync: a changed ConfigMap reaches the mount by an atomic swap.
   const sync = (async () => {
-    while (!done) {
+    while (!done()) {
       await sleep(opts.syncMs ?? 1000);
       for (const c of configMaps) {
         const cm = await core.readNamespacedConfigMap({ name: c.name, namespace }).catch(() => undefined);
@@ -277,27 +272,21 @@ export async function runPod(t: TestContext, opts: RunPodOptions): Promise<Runni
     );
   };
   const prober = (async () => {
-    while (!done) {
+    while (!done()) {
       const ok =
         probe === undefined ||
         (await fetch(`http://127.0.0.1:${probePort}${probe.path ?? "/"}`).then(
           (r) => r.ok,
           () => false,
         ));
-      if (ok !== ready && !done) {
+      if (ok !== ready && !done()) {
         ready = ok;
         await writeStatus(ok).catch(() => (ready = undefined));
       }
       await sleep(1000);
     }
   })();
-  t.after(async () => {
-    if (!done) {
-      proc.kill("SIGKILL");
-      await exited;
-    }
-    await Promise.all([sync, prober]);
-  });
+  t.after(() => Promise.all([sync, prober]));
 
   return {
     name: podName,
@@ -308,7 +297,7 @@ export async function runPod(t: TestContext, opts: RunPodOptions): Promise<Runni
       if (p === undefined) throw new Error(`container has no port named ${name}`);
       return p;
     },
-    output: () => out,
+    output,
     stop: async (signal = "SIGTERM") => {
       proc.kill(signal);
       return exited;

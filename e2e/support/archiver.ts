@@ -33,6 +33,26 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/** A child's combined output, its exit (code or signal), and a SIGKILL when the test ends with it still running. */
+export function watchChild(
+  t: TestContext,
+  proc: ChildProcess,
+): { output: () => string; exited: Promise<number | string>; done: () => boolean } {
+  let out = "";
+  proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
+  proc.stderr?.on("data", (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<number | string>((res) => proc.once("exit", (code, sig) => res(code ?? sig ?? -1)));
+  let done = false;
+  void exited.then(() => (done = true));
+  t.after(async () => {
+    if (!done) {
+      proc.kill("SIGKILL");
+      await exited;
+    }
+  });
+  return { output: () => out, exited, done: () => done };
+}
+
 export interface RunningArchiver {
   readonly proc: ChildProcess;
   readonly metricsAddr: string;
@@ -63,18 +83,7 @@ export async function startArchiver(
     env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "/root", ...opts.env },
     stdio: ["ignore", "pipe", "pipe"],
   });
-  let out = "";
-  proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
-  proc.stderr?.on("data", (d: Buffer) => (out += d.toString()));
-  const exited = new Promise<number | string>((res) => proc.once("exit", (code, sig) => res(code ?? sig ?? -1)));
-  let done = false;
-  void exited.then(() => (done = true));
-  t.after(async () => {
-    if (!done) {
-      proc.kill("SIGKILL");
-      await exited;
-    }
-  });
+  const { output: out, exited, done } = watchChild(t, proc);
   const metric = async (name: string, labels: Record<string, string> = {}) => {
     const res = await fetch(`http://${metricsAddr}/metrics`);
     return sumMetric(await res.text(), name, labels);
@@ -82,7 +91,7 @@ export async function startArchiver(
   const running: RunningArchiver = {
     proc,
     metricsAddr,
-    output: () => out,
+    output: out,
     metric,
     exited,
     stop: async (signal = "SIGTERM") => {
@@ -94,8 +103,8 @@ export async function startArchiver(
     await waitFor(
       async () => (await fetch(`http://${metricsAddr}/readyz`).catch(() => undefined))?.ok === true,
       30_000,
-      () => `runtime not ready; output:\n${out}`,
-      () => done,
+      () => `runtime not ready; output:\n${out()}`,
+      done,
     );
   }
   return running;
