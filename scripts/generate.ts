@@ -1,12 +1,15 @@
-// Regenerates the checked-in text that has a source of truth elsewhere: README.md's config table, from the schema,
+// Regenerates the checked-in text that has a source of truth elsewhere: README.md's generated blocks (the config
+// table, from the schema; the ArchivePipeline fields, from the CRD; the metrics table, from the runtime's registry),
 // and the ArchivePipeline CRD, from the schema and operator/src/api/, with its copies in the Helm chart and kustomize.
 // Usage: node_modules/.bin/node scripts/generate.ts [README path] [CRD path]
 //   (defaults: README.md at the repo root, and the CRD at crds/<name>.yaml in the README's directory; the copies are
 //   written only with the defaults)
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
-import { TABLE_END, TABLE_START, spliceConfigTable } from "../runtime/src/config/docs.ts";
+import { CONFIG_TABLE, spliceBlock } from "../runtime/src/config/docs.ts";
+import { METRICS_TABLE } from "../runtime/src/observe/docs.ts";
 import { CRD_COPIES, CRD_FILE, crdYaml } from "../operator/src/api/crd.ts";
+import { CR_FIELDS } from "../operator/src/api/docs.ts";
 
 const readmePath = resolve(process.argv[2] ?? resolve(import.meta.dirname, "..", "README.md"));
 if (!existsSync(readmePath)) {
@@ -14,13 +17,26 @@ if (!existsSync(readmePath)) {
   process.exit(1);
 }
 const before = readFileSync(readmePath, "utf8");
-const after = spliceConfigTable(before);
-if (after === undefined) {
-  process.stderr.write(`generate: ${readmePath} has no ${TABLE_START} ... ${TABLE_END} block for the config table\n`);
+// Every block or none: a README missing one block's markers is left as it was.
+let after = before;
+const missing: string[] = [];
+const changed: string[] = [];
+for (const block of [CONFIG_TABLE, CR_FIELDS, METRICS_TABLE]) {
+  const spliced = spliceBlock(after, block);
+  if (spliced === undefined) missing.push(`${block.start} ... ${block.end} block for the ${block.name}`);
+  else {
+    if (spliced !== after) changed.push(block.name);
+    after = spliced;
+  }
+}
+if (missing.length > 0) {
+  process.stderr.write(`generate: ${readmePath} has no ${missing.join(", and no ")}\n`);
   process.exit(1);
 }
 if (after !== before) writeFileSync(readmePath, after);
-process.stdout.write(`generate: ${readmePath} config table ${after === before ? "already current" : "rewritten"}\n`);
+process.stdout.write(
+  `generate: ${readmePath} ${changed.length > 0 ? `${changed.join(", ")} rewritten` : "already current"}\n`,
+);
 
 const crd = crdYaml();
 const crdPaths =

@@ -1,5 +1,6 @@
 // The README's config table, generated from the schema so the two cannot drift: scripts/generate.ts writes it
-// between the markers, and a test fails when the README's copy is stale.
+// between the markers, and a test fails when the README's copy is stale. The marker handling is shared by the
+// README's other generated blocks (the ArchivePipeline fields, the metrics table).
 import { z } from "zod";
 import { nestedEnvName } from "./env.ts";
 import { CONFIG_LEAVES, MEMORY_LEAVES, type Leaf } from "./schema.ts";
@@ -71,20 +72,42 @@ export function renderConfigTable(): string {
   ].join("\n");
 }
 
-function markers(readme: string): { start: number; end: number } | undefined {
-  const start = readme.indexOf(TABLE_START);
-  const end = readme.indexOf(TABLE_END);
-  return start === -1 || end < start ? undefined : { start: start + TABLE_START.length, end };
+/** A block of README.md generated from a source of truth, between two markers, that scripts/generate.ts rewrites. */
+export interface GeneratedBlock {
+  /** What the block holds, for messages ("config table"). */
+  readonly name: string;
+  readonly start: string;
+  readonly end: string;
+  readonly render: () => string;
 }
 
-/** The table between the README's markers, or undefined when the markers are missing. */
-export function readConfigTable(readme: string): string | undefined {
-  const m = markers(readme);
+export const CONFIG_TABLE: GeneratedBlock = {
+  name: "config table",
+  start: TABLE_START,
+  end: TABLE_END,
+  render: renderConfigTable,
+};
+
+function markers(readme: string, block: GeneratedBlock): { start: number; end: number } | undefined {
+  const start = readme.indexOf(block.start);
+  const end = readme.indexOf(block.end);
+  return start === -1 || end < start ? undefined : { start: start + block.start.length, end };
+}
+
+/** The text between a block's markers, trimmed, or undefined when the markers are missing. */
+export function readBlock(readme: string, block: GeneratedBlock): string | undefined {
+  const m = markers(readme, block);
   return m && readme.slice(m.start, m.end).trim();
 }
 
-/** The README with the block between the markers replaced by the current table; undefined without the markers. */
-export function spliceConfigTable(readme: string): string | undefined {
-  const m = markers(readme);
-  return m && `${readme.slice(0, m.start)}\n${renderConfigTable()}\n${readme.slice(m.end)}`;
+/** The README with a block's text replaced by its current rendering; undefined without the markers. */
+export function spliceBlock(readme: string, block: GeneratedBlock): string | undefined {
+  const m = markers(readme, block);
+  return m && `${readme.slice(0, m.start)}\n${block.render()}\n${readme.slice(m.end)}`;
 }
+
+/** The config table between the README's markers, or undefined when the markers are missing. */
+export const readConfigTable = (readme: string): string | undefined => readBlock(readme, CONFIG_TABLE);
+
+/** The README with the config table rewritten; undefined without the markers. */
+export const spliceConfigTable = (readme: string): string | undefined => spliceBlock(readme, CONFIG_TABLE);

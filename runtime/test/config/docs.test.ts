@@ -4,12 +4,17 @@ import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { describe, it } from "node:test";
 import {
+  CONFIG_TABLE,
   TABLE_END,
   TABLE_START,
+  readBlock,
   readConfigTable,
   renderConfigTable,
   spliceConfigTable,
+  type GeneratedBlock,
 } from "../../src/config/docs.ts";
+import { METRICS_TABLE } from "../../src/observe/docs.ts";
+import { CR_FIELDS } from "../../../operator/src/api/docs.ts";
 import { CONFIG_LEAVES, MEMORY_LEAVES } from "../../src/config/schema.ts";
 import { tempDir } from "./helpers.ts";
 
@@ -55,28 +60,39 @@ describe("README config table", () => {
 });
 
 describe("scripts/generate.ts", () => {
+  const BLOCKS = [CONFIG_TABLE, CR_FIELDS, METRICS_TABLE];
+  const stale = (blocks: GeneratedBlock[]) => blocks.map((b) => `${b.start}\nstale\n${b.end}\n`).join("\n");
   const run = (readme: string) =>
     spawnSync(process.execPath, [join(ROOT, "scripts", "generate.ts"), readme], { encoding: "utf8" });
 
-  it("rewrites a README copy's block, then finds it current", () => {
-    const dir = tempDir({ "README.md": `# x\n\n${TABLE_START}\nstale\n${TABLE_END}\ntail\n` });
+  it("rewrites a README copy's blocks, then finds them current", () => {
+    const dir = tempDir({ "README.md": `# x\n\n${stale(BLOCKS)}tail\n` });
     const path = join(dir, "README.md");
     const first = run(path);
     assert.equal(first.status, 0, first.stderr);
-    assert.match(first.stdout, /rewritten/);
+    assert.match(first.stdout, /config table, ArchivePipeline fields, metrics table rewritten/);
     const text = readFileSync(path, "utf8");
-    assert.equal(readConfigTable(text), renderConfigTable());
-    assert.ok(text.startsWith("# x\n\n") && text.endsWith(`${TABLE_END}\ntail\n`));
+    for (const b of BLOCKS) assert.equal(readBlock(text, b), b.render(), b.name);
+    assert.ok(text.startsWith(`# x\n\n${TABLE_START}\n`) && text.endsWith(`${METRICS_TABLE.end}\ntail\n`));
     const second = run(path);
     assert.equal(second.status, 0, second.stderr);
-    assert.match(second.stdout, /already current/);
+    assert.match(second.stdout, /README.md already current/);
   });
 
   it("fails, naming the markers, when a README has none", () => {
     const dir = tempDir({ "README.md": "# no markers\n" });
     const r = run(join(dir, "README.md"));
     assert.equal(r.status, 1);
-    assert.ok(r.stderr.includes(TABLE_START), r.stderr);
+    for (const b of BLOCKS) assert.ok(r.stderr.includes(b.start), r.stderr);
     assert.equal(readFileSync(join(dir, "README.md"), "utf8"), "# no markers\n");
+  });
+
+  it("leaves a README missing one block's markers as it was, naming that block", () => {
+    const text = `# x\n\n${stale([CONFIG_TABLE, METRICS_TABLE])}`;
+    const dir = tempDir({ "README.md": text });
+    const r = run(join(dir, "README.md"));
+    assert.equal(r.status, 1);
+    assert.ok(r.stderr.includes(CR_FIELDS.start) && !r.stderr.includes(TABLE_START), r.stderr);
+    assert.equal(readFileSync(join(dir, "README.md"), "utf8"), text);
   });
 });
