@@ -169,6 +169,8 @@ export class Pipeline implements TransportSink {
       },
       // Paused on memory, the garbage of finished work is what holds RSS up (see reclaim).
       whilePaused: (source) => void (source === "memory" && reclaim()),
+      // With nothing in flight, waiting longer frees nothing more: memory then holds the latch only at pause_above.
+      settled: (source) => source === "memory" && this.#inflight.size === 0 && this.#stalled === 0,
       onResume: () => {
         this.#transport.resume([...this.#assigned.values()]);
         this.#pausedBy = undefined;

@@ -16,6 +16,12 @@ export interface LatchOptions {
   onResume: () => void;
   /** Called before each reading while paused, with the source holding the latch: a chance to shed what it counts. */
   whilePaused?: (source: string) => void;
+  /**
+   * While paused: true when a source has shed all that pausing can shed (memory, with nothing left in flight). Such a
+   * source holds the latch only at or above pause_above: RSS keeps the process's own floor (code, allocator pools)
+   * however long intake waits, and a floor above resume_below would otherwise keep the latch paused for good.
+   */
+  settled?: (source: string) => boolean;
   /** self_regulation_paused: 1 while paused. */
   gauge?: { set(value: number): void };
 }
@@ -49,6 +55,8 @@ export function createLatch(opts: LatchOptions): Latch {
       if (paused && holder !== undefined) opts.whilePaused?.(holder);
       let source: string | undefined;
       let hottest = 0;
+      /** While paused: some source is still high enough to hold the latch. */
+      let holds = false;
       for (let i = 0; i < reads.length; i++) {
         const v = reads[i]?.() ?? 0;
         // NaN (a cap of 0 read as 0/0) would otherwise block resuming for good; it reads as idle.
@@ -57,6 +65,8 @@ export function createLatch(opts: LatchOptions): Latch {
           source = names[i];
           hottest = r;
         }
+        const name = names[i] ?? "";
+        if (paused && r >= opts.resumeBelow && !(r < opts.pauseAbove && opts.settled?.(name) === true)) holds = true;
       }
       const state = (): LatchState =>
         source === undefined ? { paused, ratio: 0 } : { paused, source, ratio: hottest };
@@ -67,7 +77,7 @@ export function createLatch(opts: LatchOptions): Latch {
         paused = true;
         holder = source;
         opts.gauge?.set(1);
-      } else if (paused && hottest >= opts.resumeBelow) {
+      } else if (paused && holds) {
         holder = source;
       } else if (paused) {
         opts.onResume();

@@ -157,3 +157,24 @@ test("latchSources feed the latch: held records pause intake at 80% of the quart
   assert.equal(latch.check().paused, false);
   assert.deepEqual(events, ["held_records", "resume"]);
 });
+
+test("a settled source holds a paused latch only at pause_above: a floor above resume_below cannot pause it for good", () => {
+  let settled = false;
+  const { values, events, latch } = harness(
+    { memory: 0.5, held_records: 0.1 },
+    { settled: (source) => source === "memory" && settled },
+  );
+  values.memory = 0.9;
+  assert.equal(latch.check().paused, true);
+  values.memory = 0.65;
+  assert.equal(latch.check().paused, true, "work still in flight: waits for resume_below");
+  settled = true;
+  values.held_records = 0.7;
+  assert.equal(latch.check().paused, true, "an unsettled source in the band still holds it");
+  values.held_records = 0.1;
+  values.memory = 0.8;
+  assert.equal(latch.check().paused, true, "settled, but at pause_above");
+  values.memory = 0.65;
+  assert.equal(latch.check().paused, false, "settled and below pause_above: resumes");
+  assert.deepEqual(events, ["pause memory 0.9", "resume"]);
+});
