@@ -123,7 +123,11 @@ test("a refused change keeps the running config, shows on /readyz and config_val
   const mount = runtimeConfigMount(join(dir, "cm"), good);
   const a = await startArchiver(t, {}, { configPath: mount.path, dir });
   // Ready comes before the pipeline has started: config_valid is set once it has.
-  await waitFor(async () => (await a.metric("config_valid")) === 1, 30_000, () => a.output().slice(-3000));
+  await waitFor(
+    async () => (await a.metric("config_valid")) === 1,
+    30_000,
+    () => a.output().slice(-3000),
+  );
 
   mount.set({ ...good, compression: { codec: "brotli" } });
   await waitFor(
