@@ -7,18 +7,20 @@
 import type { MemoryLimit } from "./memory.ts";
 
 const MIB = 1 << 20;
+const MIN_OLD_SPACE_MIB = 256;
 /** Marks the process as restarted with its heap flags, so it never restarts again (outside DFE_ARCHIVER_*, which the config reads). */
 export const HEAP_SIZED_ENV = "DFE_HEAP_SIZED";
 
 /**
- * The heap flags for a limit: half of it for the old space (at least 64 MiB, as docker/entrypoint.sh gives), and a
+ * The heap flags for a limit: half of it for the old space, but never under the 256 MiB the process can need (its
+ * module graph alone is some 70 MiB of heap, and a heap limit under the live set kills the process), and a
  * 64th of it per semi-space (8 MiB at 512 MiB; 1 to 64 MiB, V8's own ceiling): scavenges stay cheap and frequent
  * while the young generation commits a 32nd of the limit.
  */
 export function heapFlags(limitBytes: number): { oldSpaceMiB: number; semiSpaceMiB: number } {
   const mib = Math.floor(limitBytes / MIB);
   return {
-    oldSpaceMiB: Math.max(64, Math.floor(mib / 2)),
+    oldSpaceMiB: Math.max(MIN_OLD_SPACE_MIB, Math.floor(mib / 2)),
     semiSpaceMiB: Math.max(1, Math.min(64, Math.floor(mib / 64))),
   };
 }
