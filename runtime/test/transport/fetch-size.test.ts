@@ -9,5 +9,5 @@ test("a fetch is a 256th of the memory limit, a partition at most a quarter of i
   assert.deepEqual(fetchBytes(10_000, 16384 * MIB), { maxBytes: 64 * MIB, maxBytesPerPartition: 10_000 * 1024 });
   assert.deepEqual(fetchBytes(100, 4096 * MIB), { maxBytes: 16 * MIB, maxBytesPerPartition: 256 * 1024 });
   assert.deepEqual(fetchBytes(10_000, 2 * MIB), { maxBytes: MIB, maxBytesPerPartition: 256 * 1024 }, "floors");
-  assert.equal(fetchBytes(10_000, 1 << 40).maxBytes, 64 * MIB, "ceiling");
+  assert.equal(fetchBytes(10_000, 2 ** 40).maxBytes, 64 * MIB, "ceiling");
 });
