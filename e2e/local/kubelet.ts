@@ -8,7 +8,7 @@
 // and the image's entrypoint is this checkout's `node runtime/src/main.ts`.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import type { TestContext } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
@@ -23,6 +23,8 @@ import {
 import { configMapMount, type ConfigMapMount } from "../support/configmap.ts";
 import { freePort, mainTs, nodeBin, tempDir, watchChild } from "../support/archiver.ts";
 import { need } from "../support/testbed.ts";
+
+const REPO = resolve(dirname(mainTs), "..", "..");
 
 export interface RunningPod {
   readonly name: string;
@@ -185,8 +187,12 @@ export async function runPod(t: TestContext, opts: RunPodOptions): Promise<Runni
   // volumes' sources live under this host's /tmp, so a mount over /tmp (the pod's tmp emptyDir) goes last.
   const shadows = (m: Mount) => mounts.some((o) => o !== m && `${o.source}/`.startsWith(`${m.target}/`));
   mounts.sort((a, b) => Number(shadows(a)) - Number(shadows(b)));
+  // The checkout the "image" runs from stays visible even where a pod mount (its /tmp, when the checkout lives under
+  // /tmp) would hide it: stashed on a private tmpfs before the mounts, bound back at its own path after them.
+  const hidesRepo = mounts.some((m) => `${REPO}/`.startsWith(`${m.target}/`));
   const script = [
     "set -e",
+    ...(hidesRepo ? ["mount -t tmpfs tmpfs /mnt", "mkdir /mnt/repo", 'mount --bind "$REPO" /mnt/repo'] : []),
     ...mounts.flatMap((m, i) => {
       const src = `"$M${i}S"`;
       const dst = `"$M${i}T"`;
@@ -196,6 +202,7 @@ export async function runPod(t: TestContext, opts: RunPodOptions): Promise<Runni
         ...(m.readOnly ? [`mount -o remount,bind,ro ${dst}`] : []),
       ];
     }),
+    ...(hidesRepo ? ['mkdir -p "$REPO"', 'mount --bind /mnt/repo "$REPO"'] : []),
     `exec "$@"`,
   ].join("\n");
   const mountEnv = Object.fromEntries(
@@ -207,7 +214,7 @@ export async function runPod(t: TestContext, opts: RunPodOptions): Promise<Runni
   const proc = spawn(
     "unshare",
     ["-m", "--propagation", "private", "sh", "-c", script, "pod", nodeBin, mainTs, ...args],
-    { env: { ...env, ...mountEnv }, cwd: "/", stdio: ["ignore", "pipe", "pipe"] },
+    { env: { ...env, ...mountEnv, REPO }, cwd: "/", stdio: ["ignore", "pipe", "pipe"] },
   );
   const { output, exited, done } = watchChild(t, proc);
 
