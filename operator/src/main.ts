@@ -185,7 +185,9 @@ async function main(argv: string[]): Promise<void> {
   const log = createLogger(values["log-level"], values["log-format"] as LogFormat).child({
     component: "dfe-archiver-operator",
   });
-  const op = await startOperator({
+  // Signals are taken before the start: "operator listening" is logged while the start is still under way, and a
+  // SIGTERM then must still shut down cleanly rather than kill the process.
+  const starting = startOperator({
     ...(values.kubeconfig === undefined ? {} : { kubeconfig: values.kubeconfig }),
     ...(values.namespace === undefined ? {} : { namespace: values.namespace }),
     image: values.image ?? `ghcr.io/dfe/dfe-archiver:${packageVersion()}`,
@@ -195,15 +197,18 @@ async function main(argv: string[]): Promise<void> {
     log,
   });
   const stop = (code: number) => () =>
-    void op.shutDown().then(
-      () => process.exit(code),
-      (e: unknown) => {
-        log.error({ err: e }, "shutdown failed");
-        process.exit(1);
-      },
-    );
+    void starting
+      .then((op) => op.shutDown())
+      .then(
+        () => process.exit(code),
+        (e: unknown) => {
+          log.error({ err: e }, "shutdown failed");
+          process.exit(1);
+        },
+      );
   process.once("SIGTERM", stop(0));
   process.once("SIGINT", stop(0));
+  const op = await starting;
   // Leadership lost: another replica may already be reconciling, so this one stops and lets its pod restart.
   void op.lost.then(() => {
     log.error("leader lease lost; exiting");
