@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CreateBucketCommand, DeleteBucketCommand } from "@aws-sdk/client-s3";
-import { emptyBucket, need, s3Client, uniqueName } from "../e2e/support/testbed.ts";
+import { emptyBucket, minioArchive, s3Client, uniqueName } from "../e2e/support/testbed.ts";
 import { PARTS_IN_FLIGHT } from "../runtime/src/store/object/staged.ts";
 import { createTopic, MB, PARTITIONS, produceFile, runArchiver, writeData, type RunResult } from "./support.ts";
 
@@ -49,12 +49,7 @@ async function main(): Promise<void> {
       until: "archived",
       buffer,
       archive: () => ({
-        destination: `minio://${bucket}/bench`,
-        minio: {
-          endpoint: need("TESTBED_MINIO_ENDPOINT"),
-          access_key: need("TESTBED_MINIO_ACCESS_KEY"),
-          secret_key: need("TESTBED_MINIO_SECRET_KEY"),
-        },
+        ...minioArchive(bucket, "bench"),
         roll_interval_secs: ROLL_SECS,
         multipart_chunk_size: CHUNK,
       }),

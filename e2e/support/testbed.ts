@@ -180,6 +180,17 @@ export function kubeConfig(): KubeConfig {
   return kc;
 }
 
+/**
+ * The archive section that writes to `minio://bucket/prefix` with the testbed's MinIO credentials, on the testbed's
+ * MinIO unless `endpoint` names another (a MinIO of the test's own, or a proxy in front of one).
+ */
+export function minioArchive(bucket: string, prefix: string, endpoint = need("TESTBED_MINIO_ENDPOINT")) {
+  return {
+    destination: `minio://${bucket}/${prefix}`,
+    minio: { endpoint, access_key: need("TESTBED_MINIO_ACCESS_KEY"), secret_key: need("TESTBED_MINIO_SECRET_KEY") },
+  };
+}
+
 /** A kubeconfig that authenticates with a bearer token (a ServiceAccount's TokenRequest token, say). */
 export function kubeConfigForToken(token: string): KubeConfig {
   const kc = new KubeConfig();

@@ -8,7 +8,7 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { kafkaTopic, minioBucket, need, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
+import { kafkaTopic, minioBucket, minioArchive, need, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
 import {
   linesOf,
   produce,
@@ -39,12 +39,7 @@ test("a full staging spool holds the stream and loses nothing once space frees",
   const a = await startArchiver(t, {
     kafka: { brokers: need("TESTBED_KAFKA_BROKERS").split(","), group_id: groupId, topics: [topic] },
     archive: {
-      destination: `minio://${bucket}/a`,
-      minio: {
-        endpoint: need("TESTBED_MINIO_ENDPOINT"),
-        access_key: need("TESTBED_MINIO_ACCESS_KEY"),
-        secret_key: need("TESTBED_MINIO_SECRET_KEY"),
-      },
+      ...minioArchive(bucket, "a"),
       roll_interval_secs: 1,
     },
     // The volume is too small for the defaults' free-space check; the staged-bytes cap stays far above it, so the

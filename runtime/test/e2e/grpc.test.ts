@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { status, type ServiceError } from "@grpc/grpc-js";
-import { need, privateMinio, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
+import { minioArchive, privateMinio, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
 import {
   freePort,
   linesOf,
@@ -229,12 +229,7 @@ test("after a kill on grpc the restart uploads staged files whose manifest match
   const bucket = uniqueName("grpc-recover");
   await s3.send(new CreateBucketCommand({ Bucket: bucket }));
   const minioCfg = {
-    destination: `minio://${bucket}/a`,
-    minio: {
-      endpoint: minio.endpoint,
-      access_key: need("TESTBED_MINIO_ACCESS_KEY"),
-      secret_key: need("TESTBED_MINIO_SECRET_KEY"),
-    },
+    ...minioArchive(bucket, "a", minio.endpoint),
     roll_interval_secs: 1,
   };
   const first = await grpcArchiver(t, dir, { archive: minioCfg });

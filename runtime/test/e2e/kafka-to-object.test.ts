@@ -11,6 +11,7 @@ import {
   gcsBucket,
   gcsStorage,
   kafkaTopic,
+  minioArchive,
   minioBucket,
   need,
   s3Client,
@@ -45,14 +46,7 @@ const backends: Backend[] = [
       const s3 = s3Client();
       t.after(() => s3.destroy());
       return {
-        archive: {
-          destination: `minio://${bucket}/archive`,
-          minio: {
-            endpoint: need("TESTBED_MINIO_ENDPOINT"),
-            access_key: need("TESTBED_MINIO_ACCESS_KEY"),
-            secret_key: need("TESTBED_MINIO_SECRET_KEY"),
-          },
-        },
+        archive: minioArchive(bucket, "archive"),
         async list() {
           const page = await s3.send(new ListObjectsV2Command({ Bucket: bucket }));
           return Promise.all(

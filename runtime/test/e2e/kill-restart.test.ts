@@ -9,7 +9,15 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { CreateBucketCommand } from "@aws-sdk/client-s3";
-import { kafkaTopic, minioBucket, need, privateMinio, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
+import {
+  kafkaTopic,
+  minioBucket,
+  minioArchive,
+  need,
+  privateMinio,
+  s3Client,
+  uniqueName,
+} from "../../../e2e/support/testbed.ts";
 import { storeProxy } from "../../../e2e/support/proxy.ts";
 import {
   decompressWithCli,
@@ -26,10 +34,6 @@ import {
 } from "../../../e2e/support/archiver.ts";
 
 const brokers = () => need("TESTBED_KAFKA_BROKERS").split(",");
-const minioKeys = () => ({
-  access_key: need("TESTBED_MINIO_ACCESS_KEY"),
-  secret_key: need("TESTBED_MINIO_SECRET_KEY"),
-});
 /** Random payloads compress poorly, so files roll and upload often. */
 const record = (i: number, orgs = 3) => ({
   value: JSON.stringify({ id: i, _org_id: `org-${i % orgs}`, r: randomBytes(90).toString("hex") }),
@@ -73,8 +77,7 @@ test("SIGKILL during uploads to MinIO, kafka with acknowledgements: staged files
   const config = (endpoint: string) => ({
     kafka: { brokers: brokers(), group_id: groupId, topics: [topic] },
     archive: {
-      destination: `minio://${bucket}/a`,
-      minio: { endpoint, ...minioKeys() },
+      ...minioArchive(bucket, "a", endpoint),
       roll_interval_secs: 1,
     },
     buffer: { spool_dir: spool, flush_age_secs: 1 },
@@ -135,8 +138,7 @@ test("SIGKILL with acknowledgements off: complete staged files uploaded at resta
   const config = {
     kafka: { brokers: brokers(), group_id: groupId, topics: [topic], acknowledgements: { enabled: false } },
     archive: {
-      destination: `minio://${bucket}/a`,
-      minio: { endpoint: minio.endpoint, ...minioKeys() },
+      ...minioArchive(bucket, "a", minio.endpoint),
       roll_size_bytes: 64 * 1024,
       roll_interval_secs: 600,
     },

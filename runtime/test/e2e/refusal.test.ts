@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { ListMultipartUploadsCommand } from "@aws-sdk/client-s3";
-import { kafkaTopic, minioBucket, need, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
+import { kafkaTopic, minioBucket, minioArchive, need, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
 import { s3Error, storeProxy } from "../../../e2e/support/proxy.ts";
 import {
   filesUnder,
@@ -50,12 +50,7 @@ test("a key past 1024 bytes and an EntityTooLarge answer: every record reaches t
   const a: RunningArchiver = await startArchiver(t, {
     kafka: { brokers: need("TESTBED_KAFKA_BROKERS").split(","), group_id: groupId, topics: [topic] },
     archive: {
-      destination: `minio://${bucket}/a`,
-      minio: {
-        endpoint: proxy.endpoint,
-        access_key: need("TESTBED_MINIO_ACCESS_KEY"),
-        secret_key: need("TESTBED_MINIO_SECRET_KEY"),
-      },
+      ...minioArchive(bucket, "a", proxy.endpoint),
       roll_interval_secs: 2,
     },
     buffer: { spool_dir: spool, flush_age_secs: 1 },

@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { CreateBucketCommand } from "@aws-sdk/client-s3";
-import { kafkaTopic, need, privateMinio, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
+import { kafkaTopic, minioArchive, need, privateMinio, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
 import {
   linesOf,
   produce,
@@ -37,12 +37,7 @@ test("MinIO down for 60 s mid-stream: nothing lost, staging bounded, intake paus
   const a = await startArchiver(t, {
     kafka: { brokers: need("TESTBED_KAFKA_BROKERS").split(","), group_id: groupId, topics: [topic] },
     archive: {
-      destination: `minio://${bucket}/a`,
-      minio: {
-        endpoint: minio.endpoint,
-        access_key: need("TESTBED_MINIO_ACCESS_KEY"),
-        secret_key: need("TESTBED_MINIO_SECRET_KEY"),
-      },
+      ...minioArchive(bucket, "a", minio.endpoint),
       roll_interval_secs: 1,
     },
     buffer: { spool_dir: join(dir, "spool"), flush_age_secs: 1, staged_bytes_cap: CAP },
