@@ -27,7 +27,6 @@ import { ArchiverError, ConfigError, isRetryable } from "./errors.ts";
 
 const TICK_MS = 1000;
 const MAX_FLUSHES_IN_FLIGHT = 256;
-const COMPRESS_SLOTS = 4;
 const LOCAL_WRITE_BACKOFF: Backoff = { minMs: 100, maxMs: 5000 };
 const WRITE_RETRY_AFTER_DRAIN_MS = 10_000;
 const EMPTY = Buffer.alloc(0);
@@ -79,11 +78,9 @@ export class Pipeline implements TransportSink {
   readonly #chains = new Map<string, Promise<void>>();
   readonly #inflight = new Set<Promise<void>>();
   #inflightBytes = 0;
-  #compressing = 0;
   /** Flushes whose local write is failing and being retried: while any is, nothing more is received. */
   #stalled = 0;
   #drainStartedAt: number | undefined;
-  readonly #compressQueue: (() => void)[] = [];
   readonly #inflightCap: number;
   readonly #waiters: (() => void)[] = [];
   #timer: NodeJS.Timeout | undefined;
@@ -389,7 +386,7 @@ export class Pipeline implements TransportSink {
     this.#m.flushOperations.inc();
     if (b.trigger === "evict") this.#m.hotBufferEvictions.inc();
     this.#m.batchSizeBytes.observe(bytes);
-    const framed = this.#compress(b.data);
+    const framed = this.#codec.compress(b.data);
     const prev = this.#chains.get(b.destination);
     const next = (prev ?? Promise.resolve())
       .then(() => framed)
@@ -411,26 +408,6 @@ export class Pipeline implements TransportSink {
       });
     this.#chains.set(b.destination, next);
     this.#inflight.add(next);
-  }
-
-  /**
-   * At most COMPRESS_SLOTS compressions at once (libuv's pool has four threads): each holds a native codec context
-   * of its own, so compressing every queued flush at once would cost memory the hot buffer cap does not count.
-   */
-  #compress(data: Buffer): Promise<Buffer> {
-    if (this.#compressing < COMPRESS_SLOTS) {
-      this.#compressing++;
-      return this.#codec.compress(data).finally(() => this.#compressDone());
-    }
-    return new Promise<void>((r) => this.#compressQueue.push(r)).then(() =>
-      this.#codec.compress(data).finally(() => this.#compressDone()),
-    );
-  }
-
-  #compressDone(): void {
-    const next = this.#compressQueue.shift();
-    if (next) next();
-    else this.#compressing--;
   }
 
   /** The codec or the store refused the batch for good. No DLQ takes it yet: released Dropped and counted. */

@@ -1,11 +1,11 @@
 // Compression: each flush becomes one complete standalone frame (zstd frame, LZ4 frame, snappy framed stream, gzip
 // member), so a file of many flushes is one standard concatenated stream its codec's own tools read whole, and the
-// archiver can read a staged file back a flush at a time. All compression runs off the event loop.
+// archiver can read a staged file back a flush at a time. All of it runs on the codec lanes, off the event loop:
+// zstd and gzip through node:zlib, lz4 frames through lz4-napi's frame API (its plain `compress` writes a raw block
+// no lz4 tool reads), snappy framing through the snappy package's frame-format Compressor.
 
-import { ConfigError } from "../errors.ts";
-import { Lz4Codec } from "./lz4.ts";
-import { SnappyCodec } from "./snappy.ts";
-import { GzipCodec, ZstdCodec } from "./zlib.ts";
+import { ArchiverError, ConfigError } from "../errors.ts";
+import { codecId, codecLanes, type LaneFailure } from "./lanes.ts";
 
 export const CODEC_NAMES = ["zstd", "lz4", "snappy", "gzip"] as const;
 export type CodecName = (typeof CODEC_NAMES)[number];
@@ -49,15 +49,49 @@ export const CODEC_LEVELS = {
  * carries `level: 3` whatever the codec.
  */
 export function createCodec(name: CodecName, level?: number): Codec {
-  switch (name) {
-    case "zstd":
-      return new ZstdCodec(levelIn(name, level));
-    case "gzip":
-      return new GzipCodec(levelIn(name, level));
-    case "lz4":
-      return new Lz4Codec();
-    case "snappy":
-      return new SnappyCodec();
+  return new LaneCodec(name, name === "zstd" || name === "gzip" ? levelIn(name, level) : undefined);
+}
+
+const SUFFIXES: Record<CodecName, CodecSuffix> = { zstd: ".zst", lz4: ".lz4", snappy: ".sz", gzip: ".gz" };
+
+class LaneCodec implements Codec {
+  readonly name: CodecName;
+  readonly suffix: CodecSuffix;
+  readonly level: number | undefined;
+  readonly #id: number;
+
+  constructor(name: CodecName, level: number | undefined) {
+    this.name = name;
+    this.suffix = SUFFIXES[name];
+    this.level = level;
+    this.#id = codecId(CODEC_NAMES.indexOf(name), level);
+  }
+
+  compress(input: Buffer): Promise<Buffer> {
+    return codecLanes()
+      .run("compress", this.#id, input)
+      .catch((err: unknown) => {
+        throw this.#failure("codec_refused", "refused the batch", err);
+      });
+  }
+
+  decompress(block: Buffer): Promise<Buffer> {
+    return codecLanes()
+      .run("decompress", this.#id, block)
+      .catch((err: unknown) => {
+        throw this.#failure("codec_corrupt", "block does not decode", err);
+      });
+  }
+
+  /**
+   * Decided here, once, by what was being done: a batch the codec will not compress fails the same way on every
+   * retry, so it is dead-lettered; a block that will not decode means the file cannot be read back. A lane that
+   * died is neither, and stays retryable.
+   */
+  #failure(code: "codec_refused" | "codec_corrupt", what: string, err: unknown): Error {
+    if (err instanceof Error) return err;
+    const message = (err as LaneFailure).message;
+    return new ArchiverError(code, `${this.name} ${what}: ${message}`, "permanent");
   }
 }
 

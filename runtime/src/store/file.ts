@@ -4,6 +4,7 @@
 import { link, mkdir, open, unlink, type FileHandle } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { codecLanes, type LaneFailure } from "../codec/lanes.ts";
 import { ArchiverError, type ErrorKind } from "../errors.ts";
 import type { PartialJournal } from "./partials.ts";
 import type { ArchiveFile, ArchiveStore, FileMeta } from "./types.ts";
@@ -139,14 +140,19 @@ class LocalFile implements ArchiveFile {
   async append(frame: Buffer): Promise<void> {
     const handle = this.#live("append");
     try {
-      // A short write is not an error: keep writing until the whole frame is on the file.
-      for (let off = 0; off < frame.length;) {
-        const { bytesWritten } = await handle.write(frame, off, frame.length - off);
-        off += bytesWritten;
-        this.#size += bytesWritten;
-      }
+      // On a codec lane, batched with every other file's appends of this turn (see codec/lanes.ts). The file is
+      // opened for append and the writer sends one append at a time, so the frame lands whole at the end.
+      await codecLanes().append(handle.fd, frame);
+      this.#size += frame.length;
     } catch (err) {
-      throw fsError(err, "append", this.#path);
+      if (err instanceof Error) throw fsError(err, "append", this.#path);
+      const failure = err as LaneFailure;
+      this.#size += failure.kind === "fs" ? failure.written : 0;
+      throw fsError(
+        Object.assign(new Error(failure.message), { code: "code" in failure ? failure.code : undefined }),
+        "append",
+        this.#path,
+      );
     }
   }
 

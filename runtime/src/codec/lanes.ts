@@ -1,0 +1,170 @@
+// The codec lanes: worker threads that compress flushes into frames, decompress blocks, and append frames to open
+// archive files. Work reaches them in batches: everything asked of a lane within one turn of the event loop travels
+// in one message, and comes back in one. With a thousand destinations a 10k-record batch flushes about a thousand
+// small frames, and one hand-off each to libuv's pool (a thread woken, a completion posted back, a stream object
+// built for every zlib call) cost the main thread more than the compression cost the pool.
+// Each lane keeps one reused codec context per codec and level, and works through its messages in order, so the
+// frames appended to one descriptor, always sent to the same lane, land in the order they were asked for.
+
+import { availableParallelism } from "node:os";
+import { extname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Worker } from "node:worker_threads";
+import { ArchiverError } from "../errors.ts";
+
+export type LaneOp = "compress" | "decompress" | "append";
+export const LANE_OPS: readonly LaneOp[] = ["compress", "decompress", "append"];
+
+/** One message to a lane: `jobs` holds JOB_FIELDS integers per job; inputs lie end to end in `data`. */
+export interface LaneBatch {
+  readonly id: number;
+  /** Per job: op index, codec id (compress, decompress) or descriptor (append), offset in data, length. */
+  readonly jobs: Int32Array<ArrayBuffer>;
+  readonly data: ArrayBuffer;
+}
+export const JOB_FIELDS = 4;
+
+export type LaneFailure =
+  | { readonly kind: "refused" | "corrupt"; readonly message: string }
+  | { readonly kind: "fs"; readonly code: string | undefined; readonly message: string; readonly written: number };
+
+/** The reply: per job its output's length in `data` (0 for an append), or -1 with its failure in `failures`. */
+export interface LaneReply {
+  readonly id: number;
+  readonly lengths: Int32Array<ArrayBuffer>;
+  readonly data: ArrayBuffer;
+  readonly failures: Readonly<Record<number, LaneFailure>>;
+}
+
+/** A codec and its level as one integer, so a job names it in the batch's integer array. */
+export const codecId = (index: number, level: number | undefined): number => (index << 5) | (level ?? 0);
+
+export interface LaneJob {
+  resolve(output: Buffer): void;
+  reject(failure: LaneFailure | Error): void;
+}
+
+// The worker's own extension, so lanes start from the .ts sources and from the built .js alike.
+const WORKER_URL = new URL(`./lane-worker${extname(fileURLToPath(import.meta.url))}`, import.meta.url);
+
+class Lane {
+  readonly worker: Worker;
+  /** Jobs asked for this turn, posted together once the turn ends. */
+  #queued: { op: number; arg: number; input: Uint8Array; job: LaneJob }[] = [];
+  #queuedBytes = 0;
+  readonly #sent = new Map<number, LaneJob[]>();
+  #nextId = 0;
+  /** Jobs queued or sent and not yet answered: what picking the least loaded lane reads. */
+  load = 0;
+
+  constructor(onGone: (lane: Lane, why: string) => void) {
+    this.worker = new Worker(WORKER_URL);
+    this.worker.unref();
+    let why = "exited";
+    this.worker.on("message", (reply: LaneReply) => this.#settle(reply));
+    this.worker.on("error", (err) => (why = err.message));
+    this.worker.on("exit", (code) => onGone(this, `${why} (exit code ${code})`));
+  }
+
+  add(op: number, arg: number, input: Uint8Array, job: LaneJob): void {
+    // A pending job keeps the process alive; an idle lane must not.
+    if (this.load++ === 0) this.worker.ref();
+    if (this.#queued.length === 0) setImmediate(() => this.#post());
+    this.#queued.push({ op, arg, input, job });
+    this.#queuedBytes += input.length;
+  }
+
+  #post(): void {
+    const queued = this.#queued;
+    if (queued.length === 0) return;
+    this.#queued = [];
+    // One buffer of just these inputs, moved rather than cloned: the inputs' own buffers stay the callers'.
+    const data = new Uint8Array(this.#queuedBytes);
+    this.#queuedBytes = 0;
+    const jobs = new Int32Array(queued.length * JOB_FIELDS);
+    let offset = 0;
+    let at = 0;
+    for (const q of queued) {
+      data.set(q.input, offset);
+      jobs[at++] = q.op;
+      jobs[at++] = q.arg;
+      jobs[at++] = offset;
+      jobs[at++] = q.input.length;
+      offset += q.input.length;
+    }
+    const id = this.#nextId++;
+    this.#sent.set(
+      id,
+      queued.map((q) => q.job),
+    );
+    this.worker.postMessage({ id, jobs, data: data.buffer } satisfies LaneBatch, [data.buffer, jobs.buffer]);
+  }
+
+  #settle(reply: LaneReply): void {
+    const jobs = this.#sent.get(reply.id);
+    if (jobs === undefined) return;
+    this.#sent.delete(reply.id);
+    let offset = 0;
+    for (const [i, job] of jobs.entries()) {
+      const length = reply.lengths[i] ?? -1;
+      if (length < 0) {
+        job.reject(reply.failures[i] ?? new Error("lane reply without a failure"));
+        continue;
+      }
+      job.resolve(Buffer.from(reply.data, offset, length));
+      offset += length;
+    }
+    this.load -= jobs.length;
+    if (this.load === 0) this.worker.unref();
+  }
+
+  /** Every job not yet answered: rejected when the lane's thread is gone. */
+  orphans(): LaneJob[] {
+    const jobs = [...this.#queued.map((q) => q.job), ...[...this.#sent.values()].flat()];
+    this.#queued = [];
+    this.#sent.clear();
+    this.load = 0;
+    return jobs;
+  }
+}
+
+class Lanes {
+  // One thread per core beside the event loop's, at most four: the main thread routes and buffers meanwhile.
+  readonly #size = Math.max(1, Math.min(4, availableParallelism() - 1));
+  readonly #lanes: (Lane | undefined)[] = [];
+
+  /** A codec job on the least loaded lane. */
+  run(op: "compress" | "decompress", codec: number, input: Uint8Array): Promise<Buffer> {
+    let best = 0;
+    for (let i = 1; i < this.#size; i++) {
+      if ((this.#lanes[i]?.load ?? 0) < (this.#lanes[best]?.load ?? 0)) best = i;
+    }
+    return this.#add(best, LANE_OPS.indexOf(op), codec, input);
+  }
+
+  /** Appends `frame` at the end of `fd` (opened for append), always on the same lane, so appends keep their order. */
+  append(fd: number, frame: Uint8Array): Promise<Buffer> {
+    return this.#add(fd % this.#size, LANE_OPS.indexOf("append"), fd, frame);
+  }
+
+  #add(at: number, op: number, arg: number, input: Uint8Array): Promise<Buffer> {
+    const lane = (this.#lanes[at] ??= new Lane((gone, why) => this.#drop(at, gone, why)));
+    return new Promise((resolve, reject) => lane.add(op, arg, input, { resolve, reject }));
+  }
+
+  // A bad input comes back as a failure, so a thread that dies died of something else: its jobs are retryable, and
+  // the next job starts a fresh thread in its place.
+  #drop(at: number, lane: Lane, why: string): void {
+    if (this.#lanes[at] === lane) this.#lanes[at] = undefined;
+    for (const job of lane.orphans()) {
+      job.reject(new ArchiverError("codec_failed", `codec lane ${why}`, "retryable"));
+    }
+  }
+}
+
+let lanes: Lanes | undefined;
+
+/** The process's codec lanes, started on first use. */
+export function codecLanes(): Lanes {
+  return (lanes ??= new Lanes());
+}
