@@ -34,7 +34,7 @@ async function run(argv: string[]): Promise<number> {
   const health = new Health();
   const supervisor = new Supervisor({ env: process.env, metrics, log, health });
   // In a pod of an ArchivePipeline: its health reported into the pipeline's status.pods.
-  const reporter = startStatusReporter({
+  const reporter = await startStatusReporter({
     health,
     env: process.env,
     log,

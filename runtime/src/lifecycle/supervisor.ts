@@ -186,7 +186,7 @@ export class Supervisor {
           });
           await dlq.start();
         } else log.warn("the DLQ is off: records refused for good are dropped and counted in messages_dropped_total");
-        transport = openTransport(cfg, log, memory, metrics);
+        transport = await openTransport(cfg, log, memory, metrics);
         const pipeline = new Pipeline({ config: cfg, transport, metrics, log, memory, store, dlq, health });
         await pipeline.start();
         this.#pipeline = pipeline;

@@ -3,13 +3,8 @@
 // list (keyed by name) and pods never overwrite each other. Reporting is best effort: a failure is logged and retried
 // with backoff, and nothing here ever blocks or stops the pipeline.
 import { createHash } from "node:crypto";
-import {
-  CustomObjectsApi,
-  KubeConfig,
-  Observable,
-  PatchStrategy,
-  type ConfigurationOptions,
-} from "@kubernetes/client-node";
+import type * as KubeClientModule from "@kubernetes/client-node";
+import type { ConfigurationOptions, CustomObjectsApi } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { API_VERSION, GROUP, KIND, PLURAL, VERSION } from "../../../operator/src/api/group.ts";
 import { snakeToCamel } from "../../../operator/src/api/keys.ts";
@@ -102,8 +97,11 @@ export interface StatusReporter {
   close(): Promise<void>;
 }
 
+// Loaded only in a pod that reports: the client takes about 0.4 s to load, which every other start would pay.
+type KubeClient = typeof KubeClientModule;
+
 // The apply patch's content type, and a deadline so a hung apiserver cannot hold the next report back forever.
-const applyRequest = (timeoutMs: number): ConfigurationOptions => ({
+const applyRequest = ({ PatchStrategy, Observable }: KubeClient, timeoutMs: number): ConfigurationOptions => ({
   middlewareMergeStrategy: "append",
   middleware: [
     {
@@ -122,15 +120,16 @@ const applyRequest = (timeoutMs: number): ConfigurationOptions => ({
  * undefined otherwise. Credentials are the pod's service account, or the kubeconfig KUBECONFIG names when set (a
  * process standing in for a pod outside the cluster).
  */
-export function startStatusReporter(o: ReporterOptions): StatusReporter | undefined {
+export async function startStatusReporter(o: ReporterOptions): Promise<StatusReporter | undefined> {
   const id = podIdentity(o.env);
   if (id === undefined) return undefined;
-  const kc = new KubeConfig();
   const kubeconfig = o.env["KUBECONFIG"];
   if (!kubeconfig && !o.env["KUBERNETES_SERVICE_HOST"]) {
     o.log.warn({ pod: id.pod }, "status report off: neither in a cluster nor given KUBECONFIG");
     return undefined;
   }
+  const client = await import("@kubernetes/client-node");
+  const kc = new client.KubeConfig();
   try {
     if (kubeconfig) kc.loadFromFile(kubeconfig);
     else kc.loadFromCluster();
@@ -139,13 +138,15 @@ export function startStatusReporter(o: ReporterOptions): StatusReporter | undefi
     o.log.warn({ pod: id.pod, err: describe(err) }, "status report off: credentials unreadable");
     return undefined;
   }
-  return new Reporter(kc.makeApiClient(CustomObjectsApi), id, o);
+  return new Reporter(kc.makeApiClient(client.CustomObjectsApi), () => applyRequest(client, REQUEST_TIMEOUT_MS), id, o);
 }
 
 type Next = "debounce" | "heartbeat" | "retry";
 
 class Reporter implements StatusReporter {
   readonly #api: CustomObjectsApi;
+  /** Each request's options: its own deadline. */
+  readonly #apply: () => ConfigurationOptions;
   readonly #id: PodIdentity;
   readonly #o: ReporterOptions;
   readonly #log: Logger;
@@ -158,8 +159,9 @@ class Reporter implements StatusReporter {
   #failures = 0;
   #closed = false;
 
-  constructor(api: CustomObjectsApi, id: PodIdentity, o: ReporterOptions) {
+  constructor(api: CustomObjectsApi, apply: () => ConfigurationOptions, id: PodIdentity, o: ReporterOptions) {
     this.#api = api;
+    this.#apply = apply;
     this.#id = id;
     this.#o = o;
     this.#log = o.log.child({ component: "status-report", pipeline: `${id.namespace}/${id.pipeline}` });
@@ -213,7 +215,7 @@ class Reporter implements StatusReporter {
           fieldManager: podFieldManager(pod),
           force: true,
         },
-        applyRequest(REQUEST_TIMEOUT_MS),
+        this.#apply(),
       );
       if (this.#failures > 0) this.#log.info({ state: entry.state, afterFailures: this.#failures }, "status reported");
       else this.#log.debug({ state: entry.state }, "status reported");

@@ -46,7 +46,7 @@ export async function openStore(
     return { store: createFileStore(destination, { publish: true, journal: new PartialJournal(dir, log) }) };
   }
 
-  const backend = openObjectBackend(cfg, env, log);
+  const backend = await openObjectBackend(cfg, env, log);
   const budget = resolveSpoolBudget(cfg, env);
   const spoolDir = cfg.buffer.spool_dir;
   // Kafka with acknowledgements reads a staged file's records again from the committed offset; any other source

@@ -3,9 +3,6 @@
 import type { Logger } from "pino";
 import type { ResolvedConfig } from "../../config/resolve.ts";
 import { ArchiverError, ConfigError } from "../../errors.ts";
-import { openAzure } from "./azure.ts";
-import { openGcs } from "./gcs.ts";
-import { openS3 } from "./s3.ts";
 import { checkKey, type ObjectBackend } from "./types.ts";
 
 /** Scheme, bucket and prefix of an object-store destination URL; the prefix has no leading or trailing slash. */
@@ -25,20 +22,25 @@ export function parseDestination(destination: string): { scheme: string; bucket:
   return { scheme: m[1].toLowerCase(), bucket: m[2], prefix };
 }
 
-export function openObjectBackend(cfg: ResolvedConfig, env: NodeJS.ProcessEnv, log: Logger): ObjectBackend {
+/** Each backend's SDK is loaded only when a destination names it: together they take about 0.3 s to load. */
+export async function openObjectBackend(
+  cfg: ResolvedConfig,
+  env: NodeJS.ProcessEnv,
+  log: Logger,
+): Promise<ObjectBackend> {
   const destination = cfg.archive.destination;
   if (destination === undefined) throw new ConfigError("archive.destination", "is not set");
   const { scheme, bucket, prefix } = parseDestination(destination);
   const a = cfg.archive;
   switch (scheme) {
     case "s3":
-      return openS3(cfg, "s3", a.s3.bucket ?? bucket, prefix, log);
+      return (await import("./s3.ts")).openS3(cfg, "s3", a.s3.bucket ?? bucket, prefix, log);
     case "minio":
-      return openS3(cfg, "minio", a.minio.bucket ?? bucket, prefix, log);
+      return (await import("./s3.ts")).openS3(cfg, "minio", a.minio.bucket ?? bucket, prefix, log);
     case "gs":
-      return openGcs(cfg, env, a.gcs.bucket ?? bucket, prefix, log);
+      return (await import("./gcs.ts")).openGcs(cfg, env, a.gcs.bucket ?? bucket, prefix, log);
     case "az":
-      return openAzure(cfg, env, a.azure.container ?? bucket, prefix);
+      return (await import("./azure.ts")).openAzure(cfg, env, a.azure.container ?? bucket, prefix);
     default:
       throw new ConfigError("archive.destination", `${scheme}:// is not an object store (s3, minio, gs, az)`);
   }
