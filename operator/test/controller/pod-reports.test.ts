@@ -89,12 +89,12 @@ describe("pods' reports into status.pods", () => {
     const { log, entries } = capturedLog();
     const reporters: StatusReporter[] = [];
     t.after(() => Promise.all(reporters.map((r) => r.close())));
-    const start = (
+    const start = async (
       health: Health,
       e: Record<string, string>,
       o: { heartbeatMs?: number; retryMaxMs?: number } = {},
     ) => {
-      const r = startStatusReporter({ health, env: e, log, debounceMs: 50, retryBaseMs: 100, ...o });
+      const r = await startStatusReporter({ health, env: e, log, debounceMs: 50, retryBaseMs: 100, ...o });
       assert.ok(r, "a reporter in a pod's env");
       reporters.push(r);
       return r;
@@ -104,8 +104,8 @@ describe("pods' reports into status.pods", () => {
     idle.setIdle(true);
     idle.set("work_config", "degraded", "no destination configured");
     const busy = new Health();
-    start(idle, env("own-a"), { heartbeatMs: 1_500 });
-    start(busy, env("own-b"));
+    await start(idle, env("own-a"), { heartbeatMs: 1_500 });
+    await start(busy, env("own-b"));
     let p = await eventually("both pods' entries", async () => {
       const p = await readPipeline(namespace, "own");
       return entry(p, "own-a") && entry(p, "own-b") ? p : undefined;
@@ -147,7 +147,7 @@ describe("pods' reports into status.pods", () => {
     assert.deepEqual({ ...entry(p, "own-a"), lastReport: "" }, { ...aBefore, lastReport: "" });
 
     // RBAC: the Role names its own pipeline only. The refusal is logged and retried with backoff.
-    start(new Health(), env("own-c", "other"), { retryMaxMs: 400 });
+    await start(new Health(), env("own-c", "other"), { retryMaxMs: 400 });
     const failures = () =>
       entries.filter((e) => e["msg"] === "status report failed" && e["pipeline"] === `${namespace}/other`);
     await waitFor(

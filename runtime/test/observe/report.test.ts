@@ -77,12 +77,12 @@ describe("podIdentity and podFieldManager", () => {
     assert.notEqual(long, podFieldManager(`${"x".repeat(252)}y`));
   });
 
-  it("starts no reporter outside a pod, or in one without readable credentials", () => {
+  it("starts no reporter outside a pod, or in one without readable credentials", async () => {
     const log = pino({ level: "silent" });
-    assert.equal(startStatusReporter({ health: new Health(), env: {}, log }), undefined);
+    assert.equal(await startStatusReporter({ health: new Health(), env: {}, log }), undefined);
     const pod = { POD_NAME: "p-1", POD_NAMESPACE: "ns", DFE_ARCHIVER_PIPELINE_NAME: "events" };
-    assert.equal(startStatusReporter({ health: new Health(), env: pod, log }), undefined);
+    assert.equal(await startStatusReporter({ health: new Health(), env: pod, log }), undefined);
     const unreadable = { ...pod, KUBECONFIG: "/nonexistent/kubeconfig" };
-    assert.equal(startStatusReporter({ health: new Health(), env: unreadable, log }), undefined);
+    assert.equal(await startStatusReporter({ health: new Health(), env: unreadable, log }), undefined);
   });
 });

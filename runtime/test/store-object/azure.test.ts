@@ -29,7 +29,7 @@ function azure(container: string, endpoint: string, key = need("TESTBED_AZURITE_
 async function setup(t: TestContext, hooks: Parameters<typeof proxy>[2] = {}) {
   const container = await azureContainer(t);
   const via = await proxy(t, new URL(need("TESTBED_AZURITE_BLOB_ENDPOINT")).origin, hooks);
-  return { container, via, backend: azure(container, endpointAt(via.url)) };
+  return { container, via, backend: await azure(container, endpointAt(via.url)) };
 }
 
 async function failure(p: Promise<unknown>): Promise<ArchiverError> {
@@ -89,13 +89,13 @@ test("azure: a wrong key and a missing container are retryable, and the key is i
   const container = await azureContainer(t);
   const file = await staged(t, 1000);
   const wrong = Buffer.from("not the account key, but long enough").toString("base64");
-  const badKey = azure(container, need("TESTBED_AZURITE_BLOB_ENDPOINT"), wrong);
+  const badKey = await azure(container, need("TESTBED_AZURITE_BLOB_ENDPOINT"), wrong);
   const denied = await failure(badKey.upload({ stagedPath: file.path, size: 1000, key: badKey.key("x"), meta: META }));
   assert.equal(denied.kind, "retryable");
   assert.match(denied.code, /^Authori[sz]ationFailure$|^AuthenticationFailed$/);
   assert.ok(!denied.message.includes(wrong) && !JSON.stringify(denied).includes(wrong));
 
-  const missing = azure(`${container}-missing`, need("TESTBED_AZURITE_BLOB_ENDPOINT"));
+  const missing = await azure(`${container}-missing`, need("TESTBED_AZURITE_BLOB_ENDPOINT"));
   const gone = await failure(missing.upload({ stagedPath: file.path, size: 1000, key: missing.key("x"), meta: META }));
   assert.equal(gone.kind, "retryable");
   assert.equal(gone.code, "ContainerNotFound");

@@ -17,7 +17,7 @@ async function setup(t: TestContext, hooks: Parameters<typeof proxy>[2] = {}) {
   const via = await proxy(t, need("TESTBED_GCS_ENDPOINT"), hooks);
   const { log, lines } = captureLog();
   const gcs = { endpoint: via.url, project_id: need("TESTBED_GCS_PROJECT") };
-  const backend = openObjectBackend(
+  const backend = await openObjectBackend(
     config(`  destination: gs://${bucket}/pre/fix\n  gcs: ${JSON.stringify(gcs)}\n`),
     {},
     log,
@@ -80,7 +80,7 @@ test("gcs: files of 3.5 chunks, under a chunk and empty read back byte for byte,
 test("gcs: a missing bucket is retryable; an object name the store refuses is permanent", async (t) => {
   const { bucket, backend } = await setup(t);
   const file = await staged(t, 1000);
-  const gs = openObjectBackend(
+  const gs = await openObjectBackend(
     config(`  destination: gs://${bucket}-missing\n  gcs: { endpoint: '${need("TESTBED_GCS_ENDPOINT")}' }\n`),
     {},
     captureLog().log,

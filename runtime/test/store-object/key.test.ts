@@ -43,14 +43,14 @@ test("parseDestination: the URL's path is the prefix, without its slashes", () =
   assert.throws(() => parseDestination("s3://bkt/a/../b"), ConfigError);
 });
 
-test("key applies the prefix; the section's bucket overrides the URL's", () => {
+test("key applies the prefix; the section's bucket overrides the URL's", async () => {
   const { log } = captureLog();
   const minio = "  minio: { endpoint: http://127.0.0.1:1, access_key: ak, secret_key: sk }\n";
-  const a = openObjectBackend(config(`  destination: minio://bkt/pre/fix\n${minio}`), {}, log);
+  const a = await openObjectBackend(config(`  destination: minio://bkt/pre/fix\n${minio}`), {}, log);
   assert.equal(a.scheme, "minio");
   assert.equal(a.bucket, "bkt");
   assert.equal(a.key("2026/01/x.zst"), "pre/fix/2026/01/x.zst");
-  const b = openObjectBackend(
+  const b = await openObjectBackend(
     config(
       `  destination: minio://bkt\n  minio: { endpoint: http://h:1, access_key: a, secret_key: s, bucket: other }\n`,
     ),
@@ -61,19 +61,19 @@ test("key applies the prefix; the section's bucket overrides the URL's", () => {
   assert.equal(b.key("x.zst"), "x.zst");
 });
 
-test("minio:// without its keys or endpoint is a ConfigError naming them", () => {
+test("minio:// without its keys or endpoint is a ConfigError naming them", async () => {
   const { log } = captureLog();
-  const open = (minio: string) => () =>
+  const open = (minio: string) =>
     openObjectBackend(config(`  destination: minio://bkt/p\n  minio: ${minio}\n`), {}, log);
-  assert.throws(open("{ endpoint: http://h:9000 }"), (err: unknown) => {
+  await assert.rejects(open("{ endpoint: http://h:9000 }"), (err: unknown) => {
     assert.ok(err instanceof ConfigError);
     assert.equal(err.key, "archive.minio.access_key");
     assert.match(err.message, /archive\.minio\.secret_key/);
     return true;
   });
-  assert.throws(open("{ endpoint: http://h:9000, access_key: a }"), { key: "archive.minio.secret_key" });
-  assert.throws(open("{ access_key: a, secret_key: s }"), { key: "archive.minio.endpoint" });
-  assert.throws(open("{ endpoint: http://h:9000, access_key: a, secret_key: s, use_ssl: true }"), {
+  await assert.rejects(open("{ endpoint: http://h:9000, access_key: a }"), { key: "archive.minio.secret_key" });
+  await assert.rejects(open("{ access_key: a, secret_key: s }"), { key: "archive.minio.endpoint" });
+  await assert.rejects(open("{ endpoint: http://h:9000, access_key: a, secret_key: s, use_ssl: true }"), {
     key: "archive.minio.use_ssl",
   });
 });
@@ -101,19 +101,18 @@ test("s3:// credentials: static keys from config on top, else the SDK chain; hal
   assert.throws(() => s3ClientConfig(s3("{ session_token: ST }"), "s3"), { key: "archive.s3.session_token" });
 });
 
-test("gs:// and az:// refuse a bucket or container name the store would refuse, at open", () => {
+test("gs:// and az:// refuse a bucket or container name the store would refuse, at open", async () => {
   const { log } = captureLog();
-  assert.throws(() => openObjectBackend(config("  destination: gs://Bad_Bucket/p\n"), {}, log), ConfigError);
-  assert.throws(
-    () =>
-      openObjectBackend(
-        config("  destination: az://Bad--c/p\n  azure: { account_name: a, account_key: a2V5 }\n"),
-        {},
-        log,
-      ),
+  await assert.rejects(openObjectBackend(config("  destination: gs://Bad_Bucket/p\n"), {}, log), ConfigError);
+  await assert.rejects(
+    openObjectBackend(
+      config("  destination: az://Bad--c/p\n  azure: { account_name: a, account_key: a2V5 }\n"),
+      {},
+      log,
+    ),
     ConfigError,
   );
-  assert.throws(() => openObjectBackend(config("  destination: az://good/p\n"), {}, log), {
+  await assert.rejects(openObjectBackend(config("  destination: az://good/p\n"), {}, log), {
     key: "archive.azure.account_name",
   });
 });

@@ -72,7 +72,7 @@ test("minio: files of 3.5 chunks, under a chunk and empty read back byte for byt
   const bucket = await minioBucket(t);
   const parts = inFlight(isPart);
   const via = await proxy(t, need("TESTBED_MINIO_ENDPOINT"), parts);
-  const backend = minio(bucket, via.url);
+  const backend = await minio(bucket, via.url);
   for (const [name, size, expectedParts] of [
     ["big", BIG, 4],
     ["small", 100_000, 1],
@@ -101,7 +101,7 @@ test("minio: a file of 7 parts never has more than 4 in flight", async (t) => {
   const parts = inFlight(isPart);
   const via = await proxy(t, need("TESTBED_MINIO_ENDPOINT"), parts);
   const file = await staged(t, 6 * CHUNK + 1000);
-  const backend = minio(bucket, via.url);
+  const backend = await minio(bucket, via.url);
   const key = backend.key("seven.zst");
   await backend.upload({ stagedPath: file.path, size: file.data.length, key, meta: META });
   assert.equal(parts.counter.total, 7);
@@ -114,7 +114,7 @@ test("minio: a wrong secret and a missing bucket are retryable, and the secret i
   const file = await staged(t, 1000);
   const wrong = `wrong-${need("TESTBED_MINIO_SECRET_KEY")}`;
   const { log, lines } = captureLog();
-  const badKey = minio(bucket, need("TESTBED_MINIO_ENDPOINT"), log, wrong);
+  const badKey = await minio(bucket, need("TESTBED_MINIO_ENDPOINT"), log, wrong);
   const denied = await failure(
     badKey.upload({ stagedPath: file.path, size: 1000, key: badKey.key("x.zst"), meta: META }),
   );
@@ -123,7 +123,7 @@ test("minio: a wrong secret and a missing bucket are retryable, and the secret i
   assert.ok(!denied.message.includes(wrong) && !JSON.stringify(denied).includes(wrong));
   assert.ok(!lines.join("\n").includes(wrong));
 
-  const missing = minio(`${bucket}-missing`, need("TESTBED_MINIO_ENDPOINT"));
+  const missing = await minio(`${bucket}-missing`, need("TESTBED_MINIO_ENDPOINT"));
   const gone = await failure(
     missing.upload({ stagedPath: file.path, size: 1000, key: missing.key("x.zst"), meta: META }),
   );
@@ -135,7 +135,7 @@ test("minio: a wrong secret and a missing bucket are retryable, and the secret i
 test("minio: a key over 1024 bytes is refused for good before any request", async (t) => {
   const bucket = await minioBucket(t);
   const via = await proxy(t, need("TESTBED_MINIO_ENDPOINT"));
-  const backend = minio(bucket, via.url);
+  const backend = await minio(bucket, via.url);
   const file = await staged(t, 1000);
   const key = backend.key("k".repeat(1100));
   const refused = await failure(backend.upload({ stagedPath: file.path, size: 1000, key, meta: META }));
@@ -150,7 +150,7 @@ async function watched(t: TestContext, size: number, hooks: (path: string) => Pa
   const file = await staged(t, size);
   const via = await proxy(t, need("TESTBED_MINIO_ENDPOINT"), hooks(file.path));
   const { log, lines } = captureLog();
-  const backend: ObjectBackend = minio(bucket, via.url, log);
+  const backend: ObjectBackend = await minio(bucket, via.url, log);
   return { bucket, file, via, lines, backend, key: backend.key("interrupted.zst") };
 }
 
@@ -228,7 +228,7 @@ test("s3: server-side encryption and storage class go on CreateMultipartUpload, 
     sse_kms_key_id: "alias/archive",
     storage_class: "STANDARD_IA",
   };
-  const backend = openObjectBackend(
+  const backend = await openObjectBackend(
     config(`  destination: s3://${bucket}/p\n  s3: ${JSON.stringify(s3)}\n`),
     {},
     captureLog().log,

@@ -48,7 +48,7 @@ test("records answered on grpc that the drain cannot write are counted unreplaya
   const store = await openStore(config, {}, metrics, log);
   const pipeline = new Pipeline({
     config,
-    transport: openTransport(config, log, memory),
+    transport: await openTransport(config, log, memory),
     metrics,
     log,
     memory,

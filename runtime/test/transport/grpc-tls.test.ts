@@ -90,7 +90,7 @@ async function openGrpc(t: TestContext, yaml: string): Promise<{ transport: Tran
     env: {},
     sourceName: "test.yaml",
   });
-  const transport = openTransport(config, log, memory);
+  const transport = await openTransport(config, log, memory);
   await transport.start({ onBatch: async () => undefined, onAssigned: () => undefined, onRevoked: () => undefined });
   t.after(() => transport.close());
   return { transport, address: `127.0.0.1:${port}` };
