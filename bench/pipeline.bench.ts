@@ -40,22 +40,25 @@ async function main(): Promise<void> {
   const rate = (s: number) => (N / s / 1e3).toFixed(0);
   const mbs = (s: number) => (bytes / MB / s).toFixed(1);
   const slower = Math.max(kcat, zstd);
-  console.log("\n| what | seconds | k records/s | MB/s | CPU s/GB | peak RSS MB | held B/record |");
-  console.log("| --- | --- | --- | --- | --- | --- | --- |");
-  console.log(`| kcat -C to /dev/null (transport limit) | ${kcat.toFixed(2)} | ${rate(kcat)} | ${mbs(kcat)} | | | |`);
-  console.log(`| zstd -3 -T1 (codec limit) | ${zstd.toFixed(2)} | ${rate(zstd)} | ${mbs(zstd)} | | | |`);
-  console.log(
-    `| dfe-archiver | ${run.seconds.toFixed(2)} | ${rate(run.seconds)} | ${mbs(run.seconds)} | ${(run.cpu / (bytes / 1e9)).toFixed(1)} | ${(run.peakRss / MB).toFixed(0)} | ${run.heldBytesPerRecord.toFixed(3)} |`,
-  );
-  console.log(
-    `| dfe-archiver, kafka.client platformatic | ${runP.seconds.toFixed(2)} | ${rate(runP.seconds)} | ${mbs(runP.seconds)} | ${(runP.cpu / (bytes / 1e9)).toFixed(1)} | ${(runP.peakRss / MB).toFixed(0)} | ${runP.heldBytesPerRecord.toFixed(3)} |`,
-  );
+  console.log("\n| what | seconds | k records/s | MB/s | CPU s/GB | peak RSS MB | held B/record | first record s |");
+  console.log("| --- | --- | --- | --- | --- | --- | --- | --- |");
+  console.log(`| kcat -C to /dev/null (transport limit) | ${kcat.toFixed(2)} | ${rate(kcat)} | ${mbs(kcat)} | | | | |`);
+  console.log(`| zstd -3 -T1 (codec limit) | ${zstd.toFixed(2)} | ${rate(zstd)} | ${mbs(zstd)} | | | | |`);
+  for (const [what, r] of [
+    ["dfe-archiver", run],
+    ["dfe-archiver, kafka.client platformatic", runP],
+  ] as const) {
+    console.log(
+      `| ${what} | ${r.seconds.toFixed(2)} | ${rate(r.seconds)} | ${mbs(r.seconds)} | ${(r.cpu / (bytes / 1e9)).toFixed(1)} | ${(r.peakRss / MB).toFixed(0)} | ${r.heldBytesPerRecord.toFixed(3)} | ${r.firstSeconds.toFixed(2)} |`,
+    );
+  }
   console.log(
     `\nratio to the slower limit (${kcat > zstd ? "kcat" : "zstd"}): ${(slower / run.seconds).toFixed(2)} (goal >= 0.50); to kcat ${(kcat / run.seconds).toFixed(2)}, to zstd ${(zstd / run.seconds).toFixed(2)}`,
   );
 
-  // 10,000 destinations under a 512 MiB memory limit.
-  const M = Math.min(N, 1_000_000);
+  // 10,000 destinations under a 512 MiB memory limit. Nearly every record is a file of its own there (10,000
+  // interleaved destinations against 64 hot buffers and 1,024 writers), at about 1k records/s, so the run is shorter.
+  const M = Math.min(N, 200_000);
   const data2 = join(work, "data-10k.jsonl");
   await writeData(data2, M, 1000, 10);
   const topic2 = await createTopic();
@@ -63,7 +66,7 @@ async function main(): Promise<void> {
   const limit = 512 * 1024 * 1024;
   const r2 = await runArchiver(work, topic2, M, { env: { DFE_ARCHIVER_MEMORY_LIMIT_BYTES: String(limit) } });
   console.log(
-    `\n10,000 destinations, ${M} records, DFE_ARCHIVER_MEMORY_LIMIT_BYTES=512MiB: ${(M / r2.seconds / 1e3).toFixed(0)}k records/s, peak RSS ${(r2.peakRss / 1048576).toFixed(0)} MiB (${r2.peakRss < limit ? "under" : "OVER"} the limit)`,
+    `\n10,000 destinations, ${M} records, DFE_ARCHIVER_MEMORY_LIMIT_BYTES=512MiB: ${(M / r2.seconds / 1e3).toFixed(1)}k records/s, peak RSS ${(r2.peakRss / 1048576).toFixed(0)} MiB (${r2.peakRss < limit ? "under" : "OVER"} the limit)`,
   );
   rmSync(work, { recursive: true, force: true });
 }

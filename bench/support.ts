@@ -69,6 +69,8 @@ export interface RunResult {
   seconds: number;
   /** Until every record was received. */
   receivedSeconds: number;
+  /** Until the first record was received: start-up and joining the group. */
+  firstSeconds: number;
   cpu: number;
   peakRss: number;
   heldBytesPerRecord: number;
@@ -131,8 +133,9 @@ export async function runArchiver(
   let last: { cpu: number; rss: number };
   let seconds = 0;
   let receivedSeconds = 0;
+  let firstSeconds = 0;
   for (;;) {
-    await sleep(250);
+    await sleep(100);
     if (proc.exitCode !== null) throw new Error(`archiver exited ${proc.exitCode}`);
     last = procStats(pid);
     const text = await fetch(`http://${addr}/metrics`).then(
@@ -146,6 +149,8 @@ export async function runArchiver(
     }
     maxStagedBytes = Math.max(maxStagedBytes, sumMetric(text, "staged_bytes"));
     maxUploadsPending = Math.max(maxUploadsPending, sumMetric(text, "uploads_pending"));
+    if (firstSeconds === 0 && sumMetric(text, "messages_received_total") > 0)
+      firstSeconds = Number(process.hrtime.bigint() - t0) / 1e9;
     if (receivedSeconds === 0 && sumMetric(text, "messages_received_total") >= count)
       receivedSeconds = Number(process.hrtime.bigint() - t0) / 1e9;
     if (sumMetric(text, done) >= count) break;
@@ -169,6 +174,7 @@ export async function runArchiver(
   return {
     seconds,
     receivedSeconds,
+    firstSeconds,
     cpu: last.cpu,
     peakRss: last.rss,
     heldBytesPerRecord: held ? heldBytes / held : 0,

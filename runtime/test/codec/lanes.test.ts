@@ -1,0 +1,64 @@
+// The codec lanes batch every job asked for in one turn of the event loop into one message per lane: each job must
+// still get its own answer, and appends to one file must land in the order they were asked for.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, test } from "node:test";
+import { createCodec } from "../../src/codec/index.ts";
+import { createFileStore } from "../../src/store/file.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "lanes-test-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+const flush = (i: number): Buffer =>
+  Buffer.from(Array.from({ length: 1 + (i % 13) }, (_, k) => `{"id":${i},"k":${k},"org":"org-${i % 7}"}\n`).join(""));
+
+test("a thousand flushes asked for in one turn each come back as their own frame", async () => {
+  const codec = createCodec("zstd", 3);
+  const inputs = Array.from({ length: 1000 }, (_, i) => flush(i));
+  const frames = await Promise.all(inputs.map((f) => codec.compress(f)));
+  const back = await Promise.all(frames.map((f) => codec.decompress(f)));
+  for (const [i, b] of back.entries()) assert.ok(b.equals(inputs[i] ?? Buffer.alloc(0)), `flush ${i}`);
+  // And the file of all of them, read by zstd itself, is every flush in order.
+  const file = join(dir, "all.zst");
+  writeFileSync(file, Buffer.concat(frames));
+  const decoded = spawnSync("zstd", ["-dc", "--", file], { maxBuffer: 64 << 20 });
+  assert.equal(decoded.status, 0, decoded.stderr?.toString());
+  assert.ok(decoded.stdout.equals(Buffer.concat(inputs)));
+});
+
+test("levels and codecs mixed in one batch each use their own context", async () => {
+  const input = Buffer.concat(Array.from({ length: 400 }, (_, i) => flush(i)));
+  const [fast, small, gz, lz] = await Promise.all([
+    createCodec("zstd", 1).compress(input),
+    createCodec("zstd", 19).compress(input),
+    createCodec("gzip", 6).compress(input),
+    createCodec("lz4").compress(input),
+  ]);
+  assert.ok(fast !== undefined && small !== undefined && gz !== undefined && lz !== undefined);
+  assert.ok(small.length < fast.length, `level 19: ${small.length} bytes, level 1: ${fast.length}`);
+  assert.ok((await createCodec("zstd", 3).decompress(small)).equals(input));
+  assert.ok((await createCodec("gzip").decompress(gz)).equals(input));
+  assert.ok((await createCodec("lz4").decompress(lz)).equals(input));
+});
+
+test("appends to several files asked for in one turn land whole, each file in its own order", async () => {
+  const store = createFileStore(dir);
+  const files = await Promise.all(["a", "b", "c"].map((n) => store.open(`d/${n}.jsonl`)));
+  const expected = files.map(() => [] as string[]);
+  const appends: Promise<void>[] = [];
+  for (let i = 0; i < 300; i++) {
+    const which = (i * 7) % files.length;
+    const text = `${which}:${i};`.repeat(1 + (i % 5));
+    expected[which]?.push(text);
+    appends.push(files[which]?.append(Buffer.from(text)) ?? Promise.resolve());
+  }
+  await Promise.all(appends);
+  for (const [i, f] of files.entries()) {
+    assert.equal(f.size, Buffer.byteLength(expected[i]?.join("") ?? ""));
+    await f.complete({ records: 0, codec: "none", openedAt: 0, closedAt: 0, blockLengths: [], blockRecords: [] });
+    assert.equal(readFileSync(join(dir, `d/${["a", "b", "c"][i]}.jsonl`), "utf8"), expected[i]?.join(""));
+  }
+});
