@@ -233,9 +233,6 @@ export class Pipeline implements TransportSink {
       for (let from = 0; from < batch.records.length && !this.#refusing(); from += chunk) {
         this.#route(batch, from, Math.min(batch.records.length, from + chunk));
         this.#latch.check();
-        // The chunk's flushes reach the codec lanes when this turn of the loop ends: yielding here lets the lanes
-        // compress one chunk while the next is routed, and lets heartbeats and health probes in between chunks.
-        await new Promise<void>((r) => setImmediate(r));
         while (this.#saturated() && !this.#refusing()) await new Promise<void>((r) => this.#waiters.push(r));
       }
     } finally {

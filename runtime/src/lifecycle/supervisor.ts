@@ -54,7 +54,8 @@ export class Supervisor {
   /** Starts on the boot config; a permanent fault in it (the store, the DLQ topic) refuses with exit code 2. */
   async boot(loaded: LoadedConfig): Promise<void> {
     this.#d.health.set("transport", "degraded", "starting");
-    const started = await this.#start(loaded.config);
+    this.#d.health.setStarting(true);
+    const started = await this.#start(loaded.config).finally(() => this.#d.health.setStarting(false));
     if (!started.ok) {
       this.#d.log.error(`refusing to start: ${started.error.message}`);
       this.#resolveExit(2);

@@ -33,6 +33,8 @@ export class Health {
   };
   #idle = false;
   #configRefused = false;
+  /** Until the first start has run: a listener or consumer not yet up must not draw traffic. */
+  #starting = false;
   #listeners = new Set<(s: HealthSnapshot) => void>();
 
   set(name: ComponentName, state: ComponentState, reason?: string): void {
@@ -48,6 +50,12 @@ export class Health {
     this.#emit();
   }
 
+  setStarting(starting: boolean): void {
+    if (this.#starting === starting) return;
+    this.#starting = starting;
+    this.#emit();
+  }
+
   setConfigRefused(refused: boolean): void {
     if (this.#configRefused === refused) return;
     this.#configRefused = refused;
@@ -60,7 +68,7 @@ export class Health {
     for (const name of COMPONENTS) if (RANK[comps[name].state] > RANK[status]) status = comps[name].state;
     return {
       status,
-      ready: status !== "failed",
+      ready: status !== "failed" && !this.#starting,
       idle: this.#idle,
       configRefused: this.#configRefused,
       components: comps,
