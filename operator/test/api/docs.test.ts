@@ -1,16 +1,11 @@
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
-import { join, resolve } from "node:path";
 import { describe, it } from "node:test";
-import { readBlock } from "../../../runtime/src/config/docs.ts";
+import { assertReadmeBlockCurrent } from "../../../e2e/support/readme.ts";
 import { crdObject } from "../../src/api/crd.ts";
 import { CR_FIELDS, renderFieldTables } from "../../src/api/docs.ts";
 import { camelKey } from "../../src/api/keys.ts";
 import { OPERATOR_OWNED_KEYS, SECRET_ENV, SECRET_KEYS } from "../../src/api/spec.ts";
 import { schemaNodes, type Node } from "./helpers.ts";
-
-const ROOT = resolve(import.meta.dirname, "../../..");
-const FIX = "run `node_modules/.bin/node scripts/generate.ts`";
 
 const root = (crdObject() as { spec: { versions: { schema: { openAPIV3Schema: Node } }[] } }).spec.versions[0]!.schema
   .openAPIV3Schema;
@@ -37,12 +32,7 @@ function parse(): { rows: Map<string, string[]>; headings: string[] } {
 
 describe("README ArchivePipeline fields", () => {
   it("match the CRD", () => {
-    const block = readBlock(readFileSync(join(ROOT, "README.md"), "utf8"), CR_FIELDS);
-    assert.ok(
-      block !== undefined,
-      `README.md has no ${CR_FIELDS.start} ... ${CR_FIELDS.end} block; add it, then ${FIX}`,
-    );
-    assert.equal(block, renderFieldTables(), `README.md's ArchivePipeline fields are stale: ${FIX}`);
+    assertReadmeBlockCurrent(CR_FIELDS);
   });
 
   it("have a row for every field of the spec and the status, a Secret reference as one", () => {

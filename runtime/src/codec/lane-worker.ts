@@ -70,10 +70,10 @@ class ZstdFrames {
     return this.#error !== undefined;
   }
 
-  /** One frame of `input`, written into `out` from `at`; returns its length (`out` grows as needed). */
+  /** One frame of `input`, appended to `out` (which grows as needed); returns its length. */
   frame(input: Uint8Array, out: Output): number {
+    const start = out.end;
     let inOff = 0;
-    let written = 0;
     for (;;) {
       // Room for the whole frame at once (zstd's compress bound), so one call is the rule.
       const room = out.reserve(input.length - inOff + ((input.length - inOff) >> 7) + 512);
@@ -81,10 +81,9 @@ class ZstdFrames {
       if (this.#error !== undefined) throw this.#error;
       const [availOut = 0, availIn = 0] = this.#state;
       out.end += room - availOut;
-      written += room - availOut;
       inOff = input.length - availIn;
       // Output left over means zstd ended the frame; a full output means it has more to give.
-      if (availOut > 0) return written;
+      if (availOut > 0) return out.end - start;
     }
   }
 

@@ -105,9 +105,3 @@ export function spliceBlock(readme: string, block: GeneratedBlock): string | und
   const m = markers(readme, block);
   return m && `${readme.slice(0, m.start)}\n${block.render()}\n${readme.slice(m.end)}`;
 }
-
-/** The config table between the README's markers, or undefined when the markers are missing. */
-export const readConfigTable = (readme: string): string | undefined => readBlock(readme, CONFIG_TABLE);
-
-/** The README with the config table rewritten; undefined without the markers. */
-export const spliceConfigTable = (readme: string): string | undefined => spliceBlock(readme, CONFIG_TABLE);

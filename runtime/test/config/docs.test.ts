@@ -1,33 +1,26 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { describe, it } from "node:test";
 import {
   CONFIG_TABLE,
   TABLE_END,
   TABLE_START,
   readBlock,
-  readConfigTable,
   renderConfigTable,
-  spliceConfigTable,
+  spliceBlock,
   type GeneratedBlock,
 } from "../../src/config/docs.ts";
 import { METRICS_TABLE } from "../../src/observe/docs.ts";
 import { CR_FIELDS } from "../../../operator/src/api/docs.ts";
 import { CONFIG_LEAVES, MEMORY_LEAVES } from "../../src/config/schema.ts";
+import { assertReadmeBlockCurrent, ROOT } from "../../../e2e/support/readme.ts";
 import { tempDir } from "./helpers.ts";
-
-const ROOT = resolve(import.meta.dirname, "../../..");
-const FIX = "run `node_modules/.bin/node scripts/generate.ts`";
 
 describe("README config table", () => {
   it("matches the schema", () => {
-    const path = join(ROOT, "README.md");
-    assert.ok(existsSync(path), `README.md is missing; add it with the config-table markers, then ${FIX}`);
-    const block = readConfigTable(readFileSync(path, "utf8"));
-    assert.ok(block !== undefined, `README.md has no ${TABLE_START} ... ${TABLE_END} block; add it, then ${FIX}`);
-    assert.equal(block, renderConfigTable(), `README.md's config table is stale: ${FIX}`);
+    assertReadmeBlockCurrent(CONFIG_TABLE);
   });
 
   it("has one row per key, env-only memory keys included, with every cell filled", () => {
@@ -52,10 +45,10 @@ describe("README config table", () => {
 
   it("splices the table between the markers and leaves the rest alone", () => {
     const readme = `# Title\n\nintro\n\n${TABLE_START}\nold table\n${TABLE_END}\n\nafter\n`;
-    const out = spliceConfigTable(readme);
+    const out = spliceBlock(readme, CONFIG_TABLE);
     assert.equal(out, `# Title\n\nintro\n\n${TABLE_START}\n${renderConfigTable()}\n${TABLE_END}\n\nafter\n`);
-    assert.equal(spliceConfigTable(out ?? ""), out, "idempotent");
-    assert.equal(spliceConfigTable("# no markers\n"), undefined);
+    assert.equal(spliceBlock(out ?? "", CONFIG_TABLE), out, "idempotent");
+    assert.equal(spliceBlock("# no markers\n", CONFIG_TABLE), undefined);
   });
 });
 

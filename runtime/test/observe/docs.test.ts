@@ -1,13 +1,8 @@
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
-import { join, resolve } from "node:path";
 import { describe, it } from "node:test";
-import { readBlock } from "../../src/config/docs.ts";
+import { assertReadmeBlockCurrent } from "../../../e2e/support/readme.ts";
 import { METRICS_TABLE, renderMetricsTable } from "../../src/observe/docs.ts";
 import { createMetrics } from "../../src/observe/metrics.ts";
-
-const ROOT = resolve(import.meta.dirname, "../../..");
-const FIX = "run `node_modules/.bin/node scripts/generate.ts`";
 
 // The seed's Metrics section, by name and labels: the contract the table, and the registry behind it, must hold.
 const SEED: Record<string, string[]> = {
@@ -59,12 +54,7 @@ function rows(): Map<string, string[]> {
 
 describe("README metrics table", () => {
   it("matches the registry", () => {
-    const block = readBlock(readFileSync(join(ROOT, "README.md"), "utf8"), METRICS_TABLE);
-    assert.ok(
-      block !== undefined,
-      `README.md has no ${METRICS_TABLE.start} ... ${METRICS_TABLE.end} block; add it, then ${FIX}`,
-    );
-    assert.equal(block, renderMetricsTable(), `README.md's metrics table is stale: ${FIX}`);
+    assertReadmeBlockCurrent(METRICS_TABLE);
   });
 
   it("has one row per registered metric, bare-named, with type, labels and help", () => {
