@@ -12,6 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { pino } from "pino";
+import { recordsOf } from "../e2e/support/batches.ts";
 import type * as testbed from "../e2e/support/testbed.ts";
 import { KafkaTransport } from "../runtime/src/transport/kafka.ts";
 import { PlatformaticKafkaTransport } from "../runtime/src/transport/platformatic.ts";
@@ -45,13 +46,14 @@ class CountingSink implements TransportSink {
   }
 
   async onBatch(b: InboundBatch): Promise<void> {
-    const first = b.records[0];
-    const last = b.records.at(-1);
+    const records = recordsOf(b);
+    const first = records[0];
+    const last = records.at(-1);
     if (first === undefined || last === undefined) return;
     const expected = this.#next.get(b.partition) ?? 0;
-    if (Number(first.offset) !== expected || Number(last.offset) - expected + 1 !== b.records.length) this.gaps++;
-    this.#next.set(b.partition, Number(last.offset) + 1);
-    this.count += b.records.length;
+    if (first.offset !== expected || last.offset - expected + 1 !== records.length) this.gaps++;
+    this.#next.set(b.partition, last.offset + 1);
+    this.count += records.length;
     if (this.count >= this.#target) this.#done();
   }
   onAssigned(): void {}
@@ -73,6 +75,7 @@ async function child(client: string, brokers: string, topic: string, records: nu
     sessionTimeoutMs: 30_000,
     // What the runtime's defaults give (batch_size 10,000 at about a kilobyte a record).
     maxBytesPerPartition: 10_000 * 1024,
+    batchRecords: 10_000,
     maxBytes: 64 << 20,
     log: pino({ level: "warn" }),
   });

@@ -3,7 +3,8 @@
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import type { ResolvedConfig } from "./config/resolve.ts";
-import { createRouter, TOO_DEEP, type Router } from "./route/router.ts";
+import { createRouter, TOO_DEEP } from "./route/router.ts";
+import { routeBatch, type RouteSpec, type Routed, type RoutedChunk, type RoutedGroup } from "./route/block.ts";
 import { HotBufferPool, type FlushBatch } from "./buffer/hot.ts";
 import { createCodec, readBlocks, type Codec } from "./codec/index.ts";
 import type { DeadLetter, KafkaDlq } from "./dlq/kafka.ts";
@@ -29,7 +30,6 @@ const TICK_MS = 1000;
 const MAX_FLUSHES_IN_FLIGHT = 256;
 const LOCAL_WRITE_BACKOFF: Backoff = { minMs: 100, maxMs: 5000 };
 const WRITE_RETRY_AFTER_DRAIN_MS = 10_000;
-const EMPTY = Buffer.alloc(0);
 
 export interface PipelineDeps {
   config: ResolvedConfig;
@@ -59,7 +59,10 @@ export class Pipeline implements TransportSink {
   #pausedBy: string | undefined;
   #connection: string | undefined;
   readonly #tracker: OffsetTracker;
-  readonly #router: Router;
+  readonly #routeSpec: RouteSpec;
+  /** Routing outcomes the lanes reported, until the next gauge cycle counts them. */
+  #routingErrors = 0;
+  readonly #fallbacks: number[] = [];
   readonly #codec: Codec;
   readonly #buffers: HotBufferPool;
   readonly #writers: WriterPool<Hold>;
@@ -108,11 +111,14 @@ export class Pipeline implements TransportSink {
     this.#staging = deps.store.staging;
     this.#dlq = deps.dlq;
     this.#tracker = new OffsetTracker({ holdsCommit: cfg.offsetsHeld });
-    this.#router = createRouter({
+    this.#routeSpec = {
       mode: cfg.routing.mode,
       fields: cfg.routing.expression_fields,
       defaultSegment: cfg.routing.default_segment,
-    });
+      chunk: cfg.kafka.batch_size,
+    };
+    // The lanes route; built here too so a routing config they would refuse refuses the start instead.
+    createRouter({ ...this.#routeSpec, fields: [...this.#routeSpec.fields] });
     this.#codec = createCodec(cfg.compression.codec, cfg.compression.level);
     const memory = deps.memory;
     const capBytes = Math.floor(memory.bytes / 4);
@@ -227,13 +233,27 @@ export class Pipeline implements TransportSink {
     if (this.#refusing()) return;
     this.#batchesRunning++;
     try {
-      // A fetched batch can hold a whole compressed record batch (50k+ records): route it kafka.batch_size records
-      // at a time, with back-pressure between.
-      const chunk = this.#cfg.kafka.batch_size;
-      for (let from = 0; from < batch.records.length && !this.#refusing(); from += chunk) {
-        this.#route(batch, from, Math.min(batch.records.length, from + chunk));
+      const slot = this.#tracker.slot(batch.topic ?? "", batch.partition);
+      const assignment = this.#tracker.assignment(slot);
+      // A lane decodes, routes and groups the batch, kafka.batch_size records a chunk, while the event loop buffers
+      // and flushes; chunks are buffered with back-pressure between.
+      const routed = await routeBatch(this.#routeSpec, batch);
+      this.#countRouting(routed);
+      let last = -1;
+      for (const chunk of routed.chunks) {
+        // Once draining, or once a rebalance took the partition (or handed it back from its committed offset) while
+        // this batch waited, the rest of it is left to whoever reads the partition next.
+        if (this.#refusing() || this.#tracker.assignment(slot) !== assignment) return;
+        this.#buffer(batch, slot, chunk);
+        last = chunk.lastOffset;
+        this.#receivedUpTo(batch, slot, last, chunk.records);
         this.#latch.check();
         while (this.#saturated() && !this.#refusing()) await new Promise<void>((r) => this.#waiters.push(r));
+      }
+      // Control records after the last data record still take offsets.
+      const covered = batch.encoded?.lastOffset ?? last;
+      if (covered > last && !this.#refusing() && this.#tracker.assignment(slot) === assignment) {
+        this.#receivedUpTo(batch, slot, covered, 0);
       }
     } finally {
       if (--this.#batchesRunning === 0) this.#batchesIdle?.();
@@ -248,67 +268,58 @@ export class Pipeline implements TransportSink {
     return this.#draining !== undefined && this.#transport.replayable;
   }
 
-  #route(batch: InboundBatch, from: number, to: number): void {
-    const topic = batch.topic;
-    const slot = this.#tracker.slot(topic ?? "", batch.partition);
-    const records = batch.records;
-    // Group the batch by destination before buffering, so that with more destinations than hot buffers a buffer the
-    // LRU evicts carries everything the batch had for it, not one record.
-    const groups = new Map<string, number[]>();
-    const tooDeep: number[] = [];
-    for (let i = from; i < to; i++) {
-      const r = records[i];
-      if (r === undefined) continue;
-      const dest = this.#router.route(topic, r.value ?? EMPTY);
-      if (dest === TOO_DEEP) {
-        tooDeep.push(i);
-        continue;
-      }
-      const g = groups.get(dest);
-      if (g === undefined) groups.set(dest, [i]);
-      else g.push(i);
+  #buffer(batch: InboundBatch, slot: number, chunk: RoutedChunk): void {
+    // Grouped by destination before buffering, so that with more destinations than hot buffers a buffer the LRU
+    // evicts carries everything the chunk had for it, not one record.
+    for (const g of chunk.groups) {
+      if (g.key === TOO_DEEP) this.#tooDeep(batch, slot, g);
+      else this.#buffers.add(g.key, slot, g);
     }
-    for (const [dest, idx] of groups) {
-      for (const i of idx) {
-        const r = records[i];
-        if (r !== undefined) this.#buffers.add(dest, slot, Number(r.offset), r.value ?? EMPTY);
-      }
-    }
-    if (tooDeep.length > 0) this.#tooDeep(batch, slot, tooDeep);
-    const lastRecord = records[to - 1];
-    const last = lastRecord === undefined ? -1 : Number(lastRecord.offset);
+  }
+
+  #receivedUpTo(batch: InboundBatch, slot: number, last: number, records: number): void {
     if (last >= 0) this.#tracker.received(slot, last);
-    this.#m.messagesReceived.inc(to - from);
-    this.#received += to - from;
+    this.#m.messagesReceived.inc(records);
+    this.#received += records;
     if (batch.highWatermark !== undefined && last >= 0) {
       this.#lag.set(slot, Math.max(0, Number(batch.highWatermark) - last - 1));
     }
     if (!this.#cfg.offsetsHeld) this.#scheduleCommit();
   }
 
+  #countRouting(r: Routed): void {
+    this.#routingErrors += r.errors;
+    r.fallbacks.forEach((n, i) => (this.#fallbacks[i] = (this.#fallbacks[i] ?? 0) + n));
+  }
+
   /** Records nested past 64 levels are never parsed: dead-lettered as they arrived, or dropped and counted. */
-  #tooDeep(batch: InboundBatch, slot: number, indexes: readonly number[]): void {
+  #tooDeep(batch: InboundBatch, slot: number, g: RoutedGroup): void {
     const reason = "payload nesting exceeds the maximum parse depth of 64";
     const destination = batch.topic ?? this.#cfg.routing.default_segment;
     if (this.#dlq === undefined) {
-      this.#m.messagesDropped.inc({ reason: "too_deep" }, indexes.length);
-      this.#log.warn({ topic: batch.topic, partition: batch.partition, records: indexes.length }, `${reason}: dropped`);
+      this.#m.messagesDropped.inc({ reason: "too_deep" }, g.offsets.length);
+      this.#log.warn(
+        { topic: batch.topic, partition: batch.partition, records: g.offsets.length },
+        `${reason}: dropped`,
+      );
       return;
     }
     const hold = this.#tracker.open();
     const letters: DeadLetter[] = [];
-    for (const i of indexes) {
-      const r = batch.records[i];
-      if (r === undefined) continue;
-      hold.add(slot, Number(r.offset));
+    let start = 0;
+    for (let i = 0; i < g.offsets.length; i++) {
+      const offset = g.offsets[i] ?? 0;
+      const end = g.ends[i] ?? start;
+      hold.add(slot, offset);
       letters.push({
-        payload: r.value ?? EMPTY,
+        payload: g.data.subarray(start, end - 1),
         reason,
         destination,
         topic: batch.topic,
         partition: batch.partition,
-        offset: r.offset,
+        offset: String(offset),
       });
+      start = end;
     }
     this.#deadLetter(hold, letters);
   }
@@ -649,9 +660,13 @@ export class Pipeline implements TransportSink {
       rssBytes: readRss(),
       nowMs: Date.now(),
     });
-    const stats = this.#router.drainStats();
-    for (const [field, n] of stats.fallbacks) this.#m.routingFallback.inc({ field }, n);
-    if (stats.errors > 0) this.#m.routingErrors.inc(stats.errors);
+    this.#routeSpec.fields.forEach((field, i) => {
+      const n = this.#fallbacks[i] ?? 0;
+      if (n > 0) this.#m.routingFallback.inc({ field }, n);
+    });
+    this.#fallbacks.fill(0);
+    if (this.#routingErrors > 0) this.#m.routingErrors.inc(this.#routingErrors);
+    this.#routingErrors = 0;
   }
 
   // ---- shutdown ----

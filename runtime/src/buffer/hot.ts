@@ -7,7 +7,6 @@
 import type { Hold } from "../delivery/hold.ts";
 
 export const HOT_BUFFER_COUNT = 64;
-const NEWLINE = 0x0a;
 const FIRST_ALLOC = 16 * 1024;
 
 export type FlushTrigger = "bytes" | "records" | "age" | "evict" | "cap" | "drain";
@@ -25,6 +24,14 @@ export interface FlushBatch {
   readonly offsets: Float64Array;
   /** Runs of consecutive records from one partition slot: [slot, records, endByte] triples. */
   readonly runs: readonly number[];
+}
+
+/** Records of one destination and partition slot, end to end, each followed by a newline (a routed group). */
+export interface BufferedRecords {
+  readonly data: Uint8Array;
+  /** Per record, one past its newline in `data`. */
+  readonly ends: Uint32Array;
+  readonly offsets: Float64Array;
 }
 
 export interface HotBufferOptions {
@@ -79,8 +86,32 @@ export class HotBufferPool {
     this.#now = opts.now ?? Date.now;
   }
 
-  /** Buffers one record for `destination`; flushes whatever the record pushes past a limit. */
-  add(destination: string, slot: number, offset: number, value: Uint8Array): void {
+  /**
+   * Buffers records for `destination`, a routed group at a time; flushes wherever a record takes the buffer to a
+   * limit, so a group larger than flush_bytes spans several flushes.
+   */
+  add(destination: string, slot: number, records: BufferedRecords): void {
+    const { ends } = records;
+    const n = ends.length;
+    for (let from = 0; from < n;) {
+      const b = this.#touch(destination);
+      const base = from === 0 ? 0 : (ends[from - 1] ?? 0);
+      const room = this.#opts.flushRecords - b.records;
+      let to = from;
+      while (to < n) {
+        to++;
+        if (b.length + (ends[to - 1] ?? 0) - base >= this.#opts.flushBytes || to - from >= room) break;
+      }
+      this.#append(b, slot, records, from, to);
+      if (b.length >= this.#opts.flushBytes) this.#flush(b, "bytes");
+      else if (b.records >= this.#opts.flushRecords) this.#flush(b, "records");
+      if (this.#bytes > this.#opts.capBytes) this.#relieveCap();
+      from = to;
+    }
+  }
+
+  /** The destination's buffer, now the most recently used; opening one past the count flushes the least recent. */
+  #touch(destination: string): HotBuffer {
     let b = this.#buffers.get(destination);
     if (b === undefined) {
       if (this.#buffers.size >= HOT_BUFFER_COUNT) {
@@ -99,37 +130,43 @@ export class HotBufferPool {
       this.#buffers.delete(destination);
       this.#buffers.set(destination, b);
     }
-    this.#append(b, slot, offset, value);
-    if (b.length >= this.#opts.flushBytes) this.#flush(b, "bytes");
-    else if (b.records >= this.#opts.flushRecords) this.#flush(b, "records");
-    if (this.#bytes > this.#opts.capBytes) this.#relieveCap();
+    return b;
   }
 
-  #append(b: HotBuffer, slot: number, offset: number, value: Uint8Array): void {
-    const need = b.length + value.length + 1;
-    if (b.data === undefined || need > b.data.length) b.data = grow(b.data, b.length, need, this.#opts.flushBytes);
+  /** Appends records [from, to) of `records`, all of one partition slot. */
+  #append(b: HotBuffer, slot: number, records: BufferedRecords, from: number, to: number): void {
+    const base = from === 0 ? 0 : (records.ends[from - 1] ?? 0);
+    const bytes = (records.ends[to - 1] ?? 0) - base;
+    const count = to - from;
+    const start = b.length;
+    const need = start + bytes;
+    if (b.data === undefined || need > b.data.length) b.data = grow(b.data, start, need, this.#opts.flushBytes);
     if (b.hold === undefined) {
       b.hold = this.#opts.openHold();
       b.openedAt = this.#now();
     }
-    b.data.set(value, b.length);
-    b.data[b.length + value.length] = NEWLINE;
+    b.data.set(records.data.subarray(base, base + bytes), start);
     b.length = need;
-    if (b.ends === undefined || b.offsets === undefined || b.records >= b.ends.length) {
-      b.ends = grown(Uint32Array, b.ends, b.records);
-      b.offsets = grown(Float64Array, b.offsets, b.records);
+    if (b.ends === undefined || b.offsets === undefined || b.records + count > b.ends.length) {
+      b.ends = grown(Uint32Array, b.ends, b.records, b.records + count);
+      b.offsets = grown(Float64Array, b.offsets, b.records, b.records + count);
     }
-    b.ends[b.records] = need;
-    b.offsets[b.records] = offset;
-    b.records++;
-    this.#bytes += value.length + 1;
+    let min = Infinity;
+    for (let i = from, at = b.records; i < to; i++, at++) {
+      b.ends[at] = start + (records.ends[i] ?? 0) - base;
+      const offset = records.offsets[i] ?? 0;
+      b.offsets[at] = offset;
+      if (offset < min) min = offset;
+    }
+    b.records += count;
+    this.#bytes += bytes;
     const r = b.runs;
     const n = r.length;
     if (n > 0 && r[n - 3] === slot) {
-      r[n - 2] = (r[n - 2] ?? 0) + 1;
+      r[n - 2] = (r[n - 2] ?? 0) + count;
       r[n - 1] = need;
-    } else r.push(slot, 1, need);
-    b.hold.add(slot, offset);
+    } else r.push(slot, count, need);
+    b.hold.addRun(slot, min, count);
   }
 
   #flush(b: HotBuffer, trigger: FlushTrigger): void {
@@ -246,8 +283,9 @@ function grown<A extends Uint32Array | Float64Array>(
   Kind: { new (length: number): A },
   old: A | undefined,
   used: number,
+  need: number,
 ): A {
-  const next = new Kind(Math.max(256, used * 2));
+  const next = new Kind(Math.max(256, used * 2, need));
   if (old !== undefined) next.set(old.subarray(0, used));
   return next;
 }

@@ -7,6 +7,8 @@ import { parentPort } from "node:worker_threads";
 import zlib from "node:zlib";
 import { compressFrameSync, decompressFrameSync } from "lz4-napi";
 import { Compressor, Decompressor } from "snappy";
+import { ArchiverError } from "../errors.ts";
+import { routeBlock } from "../route/block.ts";
 import { CODEC_NAMES } from "./index.ts";
 import { JOB_FIELDS, LANE_OPS, type LaneBatch, type LaneFailure, type LaneReply } from "./lanes.ts";
 
@@ -209,11 +211,14 @@ async function run(batch: LaneBatch): Promise<LaneReply> {
       if (op === "append") append(arg, input);
       else if (op === "compress") lengths[i] = await compress(arg, input, out);
       else if (op === "decompress") lengths[i] = await decompress(arg, input, out);
+      else if (op === "route") lengths[i] = out.push(routeBlock(input));
       else throw new Error(`unknown lane op ${jobs[at]}`);
     } catch (err) {
       lengths[i] = -1;
       const message = err instanceof Error ? err.message : String(err);
-      failures[i] = isFailure(err) ? err : { kind: op === "decompress" ? "corrupt" : "refused", message };
+      if (err instanceof ArchiverError) {
+        failures[i] = { kind: "archiver", code: err.code, message, retryable: err.retryable };
+      } else failures[i] = isFailure(err) ? err : { kind: op === "decompress" ? "corrupt" : "refused", message };
     }
   }
   // A buffer of just the outputs, so what the caller keeps of it holds no slack.

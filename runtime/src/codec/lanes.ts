@@ -1,8 +1,9 @@
-// The codec lanes: worker threads that compress flushes into frames, decompress blocks, and append frames to open
-// archive files. Work reaches them in batches: everything asked of a lane within one turn of the event loop travels
-// in one message, and comes back in one. With a thousand destinations a 10k-record batch flushes about a thousand
-// small frames, and one hand-off each to libuv's pool (a thread woken, a completion posted back, a stream object
-// built for every zlib call) cost the main thread more than the compression cost the pool.
+// The lanes: worker threads that route transport batches (route/block.ts), compress flushes into frames, decompress
+// blocks, and append frames to open archive files. Work reaches them in batches: everything asked of a lane within
+// one turn of the event loop travels in one message, and comes back in one. With a thousand destinations a
+// 10k-record batch flushes about a thousand small frames, and one hand-off each to libuv's pool (a thread woken, a
+// completion posted back, a stream object built for every zlib call) cost the main thread more than the compression
+// cost the pool.
 // Each lane keeps one reused codec context per codec and level, and works through its messages in order, so the
 // frames appended to one descriptor, always sent to the same lane, land in the order they were asked for.
 
@@ -12,8 +13,8 @@ import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import { ArchiverError } from "../errors.ts";
 
-export type LaneOp = "compress" | "decompress" | "append";
-export const LANE_OPS: readonly LaneOp[] = ["compress", "decompress", "append"];
+export type LaneOp = "compress" | "decompress" | "append" | "route";
+export const LANE_OPS: readonly LaneOp[] = ["compress", "decompress", "append", "route"];
 
 /** One message to a lane: `jobs` holds JOB_FIELDS integers per job; inputs lie end to end in `data`. */
 export interface LaneBatch {
@@ -26,6 +27,8 @@ export const JOB_FIELDS = 4;
 
 export type LaneFailure =
   | { readonly kind: "refused" | "corrupt"; readonly message: string }
+  /** An ArchiverError thrown on the lane, rebuilt with its code and kind by the caller. */
+  | { readonly kind: "archiver"; readonly code: string; readonly message: string; readonly retryable: boolean }
   | { readonly kind: "fs"; readonly code: string | undefined; readonly message: string; readonly written: number };
 
 /** The reply: per job its output's length in `data` (0 for an append), or -1 with its failure in `failures`. */
@@ -129,17 +132,18 @@ class Lane {
 }
 
 class Lanes {
-  // One thread per core beside the event loop's, at most four: the main thread routes and buffers meanwhile.
-  readonly #size = Math.max(1, Math.min(4, availableParallelism() - 1));
+  // One thread per core, at most four. The event loop waits on the lanes for much of its time (a route, a flush's
+  // frame): one lane fewer than the cores left a core idle, and on two cores ran 20% slower.
+  readonly #size = Math.max(1, Math.min(4, availableParallelism()));
   readonly #lanes: (Lane | undefined)[] = [];
 
-  /** A codec job on the least loaded lane. */
-  run(op: "compress" | "decompress", codec: number, input: Uint8Array): Promise<Buffer> {
+  /** A codec or route job on the least loaded lane (`arg` names the codec; 0 for a route). */
+  run(op: "compress" | "decompress" | "route", arg: number, input: Uint8Array): Promise<Buffer> {
     let best = 0;
     for (let i = 1; i < this.#size; i++) {
       if ((this.#lanes[i]?.load ?? 0) < (this.#lanes[best]?.load ?? 0)) best = i;
     }
-    return this.#add(best, LANE_OPS.indexOf(op), codec, input);
+    return this.#add(best, LANE_OPS.indexOf(op), arg, input);
   }
 
   /** Appends `frame` at the end of `fd` (opened for append), always on the same lane, so appends keep their order. */

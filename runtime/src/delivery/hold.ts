@@ -10,6 +10,11 @@ export class Hold {
   #last = -1;
 
   add(slot: number, offset: number): void {
+    this.addRun(slot, offset, 1);
+  }
+
+  /** Adds `count` records of one slot whose lowest offset is `min`. */
+  addRun(slot: number, min: number, count: number): void {
     // Records of one transport batch share a partition, so the last slot is almost always the one.
     let i = this.#last;
     if (i < 0 || this.slots[i] !== slot) {
@@ -17,13 +22,13 @@ export class Hold {
       if (i < 0) {
         i = this.slots.length;
         this.slots.push(slot);
-        this.mins.push(offset);
+        this.mins.push(min);
         this.counts.push(0);
       }
       this.#last = i;
     }
-    this.counts[i] = (this.counts[i] ?? 0) + 1;
-    if (offset < (this.mins[i] ?? offset)) this.mins[i] = offset;
+    this.counts[i] = (this.counts[i] ?? 0) + count;
+    if (min < (this.mins[i] ?? min)) this.mins[i] = min;
   }
 
   /** Takes over another hold's records (the same file holds both). */

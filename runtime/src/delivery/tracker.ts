@@ -17,6 +17,8 @@ export interface CommitOffset extends PartitionRef {
 
 interface PartitionState extends PartitionRef {
   assigned: boolean;
+  /** Counts assignments and revocations: work begun under an earlier one is discarded. */
+  epoch: number;
   /** One past the highest offset received since the last assignment; -1 before any. */
   next: number;
   committed: number;
@@ -44,10 +46,15 @@ export class OffsetTracker {
     let s = this.#index.get(key);
     if (s === undefined) {
       s = this.#parts.length;
-      this.#parts.push({ topic, partition, assigned: true, next: -1, committed: -1 });
+      this.#parts.push({ topic, partition, assigned: true, epoch: 0, next: -1, committed: -1 });
       this.#index.set(key, s);
     }
     return s;
+  }
+
+  /** Changes whenever the slot's partition is assigned or revoked. */
+  assignment(slot: number): number {
+    return this.#part(slot).epoch;
   }
 
   ref(slot: number): PartitionRef {
@@ -91,6 +98,7 @@ export class OffsetTracker {
     for (const r of refs) {
       const p = this.#part(this.slot(r.topic, r.partition));
       p.assigned = true;
+      p.epoch++;
       // The broker hands the partition back from its committed offset; what we read before may be read again.
       p.next = -1;
     }
@@ -104,6 +112,7 @@ export class OffsetTracker {
       if (s === undefined) continue;
       const p = this.#part(s);
       p.assigned = false;
+      p.epoch++;
       p.next = -1;
       p.committed = -1;
       slots.push(s);

@@ -17,7 +17,7 @@ import type { Logger } from "pino";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ArchiverError } from "../errors.ts";
 import { pushService, PUSHBACK_TRAILER, type PushRequest, type PushResponse } from "./push-proto.ts";
-import type { InboundBatch, InboundRecord, Transport, TransportSink } from "./types.ts";
+import type { InboundRecord, RecordsBatch, Transport, TransportSink } from "./types.ts";
 
 /** The latch re-reads its sources about once a second: sooner than that a paused listener is still paused. */
 export const PAUSED_PUSHBACK_MS = 1000;
@@ -287,7 +287,7 @@ export class GrpcTransport implements Transport {
   // ---- to the pipeline ----
 
   /** Joins the queue's head entries that share a routing key, up to MAX_BATCH_RECORDS. */
-  #take(): InboundBatch {
+  #take(): RecordsBatch {
     const first = this.#queue[this.#head++] as Queued;
     const parts = [first.records];
     let n = first.records.length;

@@ -5,26 +5,15 @@ import { zstdCompress, zstdDecompress } from "node:zlib";
 import kafkajs from "kafkajs";
 import { compressFrame, decompressFrame } from "lz4-napi";
 import { compress as snappyCompress, uncompress as snappyUncompress } from "snappy";
+import { xerialBlocks } from "./record-batch.ts";
 
 const zstdC = promisify(zstdCompress);
 const zstdD = promisify(zstdDecompress);
 
-// snappy-java (the Java producer) frames its output: a magic header, then [u32 big-endian length][raw block]...
-const XERIAL_MAGIC = Buffer.from([0x82, 0x53, 0x4e, 0x41, 0x50, 0x50, 0x59, 0x00]);
-const XERIAL_HEADER = 16;
-
 export async function snappyDecode(buf: Buffer): Promise<Buffer> {
-  if (buf.length < XERIAL_HEADER || !buf.subarray(0, 8).equals(XERIAL_MAGIC)) {
-    return (await snappyUncompress(buf)) as Buffer;
-  }
-  const blocks: Buffer[] = [];
-  for (let pos = XERIAL_HEADER; pos < buf.length;) {
-    const len = buf.readUInt32BE(pos);
-    pos += 4;
-    blocks.push((await snappyUncompress(buf.subarray(pos, pos + len))) as Buffer);
-    pos += len;
-  }
-  return Buffer.concat(blocks);
+  const blocks = xerialBlocks(buf);
+  if (blocks === undefined) return (await snappyUncompress(buf)) as Buffer;
+  return Buffer.concat(await Promise.all(blocks.map(async (b) => (await snappyUncompress(b)) as Buffer)));
 }
 
 type Encoder = { buffer: Buffer };

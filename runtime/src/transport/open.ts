@@ -52,6 +52,7 @@ async function kafkaTransport(
     ssl,
     sessionTimeoutMs: k.session_timeout_ms,
     ...fetchBytes(k.batch_size, memory.bytes),
+    batchRecords: k.batch_size,
     log,
   });
 }

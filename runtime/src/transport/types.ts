@@ -4,6 +4,7 @@ import type { ConnectionOptions } from "node:tls";
 import type { Logger } from "pino";
 import type { Gauge } from "prom-client";
 import type { CommitOffset, PartitionRef } from "../delivery/tracker.ts";
+import type { AbortedTransaction } from "./record-batch.ts";
 import type { TopicSource } from "./subscription.ts";
 
 export interface InboundRecord {
@@ -12,14 +13,41 @@ export interface InboundRecord {
   readonly offset: string;
 }
 
-export interface InboundBatch {
+interface BatchOf {
   /** Undefined for a push with no routing key: such a record gets no topic folder. */
   readonly topic: string | undefined;
   readonly partition: number;
-  readonly records: readonly InboundRecord[];
   /** The partition's high watermark when the batch was fetched: position lag = highWatermark - (last + 1). */
   readonly highWatermark?: string;
 }
+
+/** Records one by one, as a client decoded them. */
+export interface RecordsBatch extends BatchOf {
+  readonly records: readonly InboundRecord[];
+  readonly encoded?: undefined;
+}
+
+/**
+ * A partition's fetched record batches as the broker sent them (Kafka's v2 format), left encoded: they are
+ * decompressed and decoded where they are routed, off the event loop.
+ */
+export interface EncodedBatch extends BatchOf {
+  readonly records?: undefined;
+  readonly encoded: EncodedRecords;
+}
+
+export interface EncodedRecords {
+  /** Whole record batches end to end (a partial one the broker cut at the fetch size already left out). */
+  readonly bytes: Uint8Array;
+  /** Records below this offset were delivered already: a compressed batch arrives whole. */
+  readonly fromOffset: number;
+  /** The last offset the batches cover, control batches included. */
+  readonly lastOffset: number;
+  /** Transactions aborted in the range (read_committed): their records are not archived. */
+  readonly aborted: readonly AbortedTransaction[];
+}
+
+export type InboundBatch = RecordsBatch | EncodedBatch;
 
 export interface TransportSink {
   /** Awaited: the transport fetches no more for this partition until it resolves. */
@@ -59,8 +87,10 @@ export interface KafkaTransportOptions {
   sasl?: { mechanism: "plain" | "scram-sha-256" | "scram-sha-512"; username: string; password: string } | undefined;
   ssl?: ConnectionOptions | boolean | undefined;
   sessionTimeoutMs: number;
-  /** Bytes fetched per partition per request: sets the size of a batch. */
+  /** Bytes fetched per partition per request at most: sets the size of a batch. */
   maxBytesPerPartition: number;
+  /** Records a partition's fetch aims at (kafka.batch_size), where the client sizes fetches by records. */
+  batchRecords: number;
   /** Bytes fetched per request across partitions. */
   maxBytes: number;
   log: Logger;

@@ -22,15 +22,24 @@ function pool(over: Partial<ConstructorParameters<typeof HotBufferPool>[0]> = {}
   return { p, tracker, flushed, emptied, advance: (ms: number) => (now += ms) };
 }
 
-const rec = (s: string) => Buffer.from(s);
+/** One record at `offset`, as the route stage hands a group over. */
+const rec = (offset: number, s: string) => group([s], offset);
+
+function group(values: string[], first: number) {
+  const data = Buffer.from(values.map((v) => v + "\n").join(""));
+  const ends = new Uint32Array(values.length);
+  let end = 0;
+  values.forEach((v, i) => (ends[i] = end += Buffer.byteLength(v) + 1));
+  return { data, ends, offsets: Float64Array.from(values, (_, i) => first + i) };
+}
 const lines = (b: FlushBatch) => b.data.toString().split("\n").slice(0, -1);
 
 test("a buffer flushes at flush_bytes plus one record, with a newline after each payload", () => {
   const { p, flushed } = pool({ flushBytes: 11 });
-  p.add("d", 0, 0, rec("aaaa"));
-  p.add("d", 0, 1, rec("bbbb"));
+  p.add("d", 0, rec(0, "aaaa"));
+  p.add("d", 0, rec(1, "bbbb"));
   assert.equal(flushed.length, 0);
-  p.add("d", 0, 2, rec("cccc"));
+  p.add("d", 0, rec(2, "cccc"));
   assert.equal(flushed.length, 1);
   assert.deepEqual(lines(flushed[0]!), ["aaaa", "bbbb", "cccc"]);
   assert.equal(flushed[0]?.trigger, "bytes");
@@ -40,9 +49,9 @@ test("a buffer flushes at flush_bytes plus one record, with a newline after each
 
 test("a buffer flushes at flush_records and at flush_age", () => {
   const { p, flushed, advance } = pool({ flushRecords: 3 });
-  for (let i = 0; i < 3; i++) p.add("d", 0, i, rec("x"));
+  for (let i = 0; i < 3; i++) p.add("d", 0, rec(i, "x"));
   assert.equal(flushed[0]?.trigger, "records");
-  p.add("e", 0, 3, rec("y"));
+  p.add("e", 0, rec(3, "y"));
   advance(59_999);
   p.tick();
   assert.equal(flushed.length, 1);
@@ -54,9 +63,9 @@ test("a buffer flushes at flush_records and at flush_age", () => {
 
 test("at most 64 destinations buffer at once: the least recently used flushes first", () => {
   const { p, flushed } = pool();
-  for (let d = 0; d < HOT_BUFFER_COUNT; d++) p.add(`d${d}`, 0, d, rec("x"));
-  p.add("d0", 0, 100, rec("again")); // d0 is now the most recent; d1 the least
-  p.add("new", 0, 101, rec("z"));
+  for (let d = 0; d < HOT_BUFFER_COUNT; d++) p.add(`d${d}`, 0, rec(d, "x"));
+  p.add("d0", 0, rec(100, "again")); // d0 is now the most recent; d1 the least
+  p.add("new", 0, rec(101, "z"));
   assert.equal(flushed.length, 1);
   assert.equal(flushed[0]?.destination, "d1");
   assert.equal(flushed[0]?.trigger, "evict");
@@ -65,9 +74,9 @@ test("at most 64 destinations buffer at once: the least recently used flushes fi
 
 test("past the shared cap the largest buffers flush first", () => {
   const { p, flushed } = pool({ capBytes: 100 });
-  p.add("small", 0, 0, rec("x".repeat(10)));
-  p.add("big", 0, 1, rec("y".repeat(60)));
-  p.add("mid", 0, 2, rec("z".repeat(40)));
+  p.add("small", 0, rec(0, "x".repeat(10)));
+  p.add("big", 0, rec(1, "y".repeat(60)));
+  p.add("mid", 0, rec(2, "z".repeat(40)));
   assert.deepEqual(
     flushed.map((b) => [b.destination, b.trigger]),
     [["big", "cap"]],
@@ -79,10 +88,10 @@ test("a revoked partition's buffered records are discarded before any write", ()
   const { p, flushed, emptied, tracker } = pool();
   const a = tracker.slot("t", 0);
   const b = tracker.slot("t", 1);
-  p.add("d", a, 0, rec("a0"));
-  p.add("d", b, 0, rec("b0"));
-  p.add("d", a, 1, rec("a1"));
-  p.add("only-b", b, 1, rec("b1"));
+  p.add("d", a, rec(0, "a0"));
+  p.add("d", b, rec(0, "b0"));
+  p.add("d", a, rec(1, "a1"));
+  p.add("only-b", b, rec(1, "b1"));
   assert.equal(p.discardSlots(new Set([b])), 2);
   assert.equal(emptied.length, 1, "the buffer left empty hands its hold back");
   p.flushAll();
@@ -96,8 +105,29 @@ test("a revoked partition's buffered records are discarded before any write", ()
 test("nothing is allocated before a destination's first record, and flushing hands the memory over", () => {
   const { p, flushed } = pool();
   assert.deepEqual(p.stats(), { buffers: 0, bytes: 0, records: 0 });
-  p.add("d", 0, 0, rec("payload"));
+  p.add("d", 0, rec(0, "payload"));
   p.flushAll();
   assert.deepEqual(p.stats(), { buffers: 0, bytes: 0, records: 0 });
   assert.equal(flushed[0]?.data.length, 8);
+});
+
+test("a group crossing a limit flushes at the record that reaches it, and the rest buffers on", () => {
+  const { p, flushed } = pool({ flushBytes: 11, flushRecords: 100 });
+  p.add("d", 0, group(["aaaa", "bbbb", "cccc", "dddd", "eeee"], 10));
+  assert.equal(flushed.length, 1);
+  assert.deepEqual(lines(flushed[0]!), ["aaaa", "bbbb", "cccc"]);
+  assert.deepEqual([...flushed[0]!.offsets], [10, 11, 12]);
+  assert.deepEqual(p.stats(), { buffers: 1, bytes: 10, records: 2 });
+  const byCount = pool({ flushRecords: 2 });
+  byCount.p.add("d", 3, group(["a", "b", "c", "d", "e"], 0));
+  assert.deepEqual(
+    byCount.flushed.map((b) => [lines(b), b.trigger, b.hold.records, b.hold.mins]),
+    [
+      [["a", "b"], "records", 2, [0]],
+      [["c", "d"], "records", 2, [2]],
+    ],
+  );
+  byCount.p.flushAll();
+  assert.deepEqual([...byCount.flushed[2]!.ends], [2]);
+  assert.deepEqual(byCount.flushed[2]!.runs, [3, 1, 2]);
 });

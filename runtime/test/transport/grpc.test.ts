@@ -16,15 +16,16 @@ import {
   type PushClient,
 } from "../../src/transport/push-client.ts";
 import type { PushRequestInput, PushResponse } from "../../src/transport/push-proto.ts";
-import type { InboundBatch, TransportSink } from "../../src/transport/types.ts";
+import type { InboundBatch, RecordsBatch, TransportSink } from "../../src/transport/types.ts";
 
 const log = pino({ level: "silent" });
 
 /** Collects batches; while `gate` is set, each onBatch waits for it, as a saturated pipeline does. */
 class Sink implements TransportSink {
-  readonly batches: InboundBatch[] = [];
+  readonly batches: RecordsBatch[] = [];
   gate: Promise<void> | undefined;
   async onBatch(batch: InboundBatch): Promise<void> {
+    if (batch.records === undefined) throw new Error("a push listener hands records one by one");
     this.batches.push(batch);
     await this.gate;
   }

@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
 import kafkajs from "kafkajs";
 import { pino } from "pino";
+import { recordsOf } from "../../../e2e/support/batches.ts";
 import { kafka, kafkaTopic, need, uniqueName } from "../../../e2e/support/testbed.ts";
 import type { PartitionRef } from "../../src/delivery/tracker.ts";
 import { registerKafkaCodecs } from "../../src/transport/kafka-codecs.ts";
@@ -59,13 +60,13 @@ class Collector implements TransportSink {
   values(partition: number): string[] {
     return this.batches
       .filter((b) => b.partition === partition)
-      .flatMap((b) => b.records.map((r) => r.value?.toString() ?? "<null>"));
+      .flatMap((b) => recordsOf(b).map((r) => r.value?.toString() ?? "<null>"));
   }
   offsets(partition: number): number[] {
-    return this.batches.filter((b) => b.partition === partition).flatMap((b) => b.records.map((r) => Number(r.offset)));
+    return this.batches.filter((b) => b.partition === partition).flatMap((b) => recordsOf(b).map((r) => r.offset));
   }
   count(): number {
-    return this.batches.reduce((n, b) => n + b.records.length, 0);
+    return this.batches.reduce((n, b) => n + recordsOf(b).length, 0);
   }
   /** The partitions held now: every one assigned and not revoked since (a kept one is not assigned again). */
   held(): number[] {
@@ -81,6 +82,7 @@ function transport(t: TestContext, topic: string, groupId: string): Platformatic
     topics: [topic],
     sessionTimeoutMs: 6000,
     maxBytesPerPartition: 1 << 20,
+    batchRecords: 10_000,
     maxBytes: 8 << 20,
     log,
   });

@@ -11,9 +11,9 @@ import { produce, waitFor } from "../../../e2e/support/archiver.ts";
 import { random } from "../../../e2e/support/random.ts";
 import { kafka, kafkaTopic, need, uniqueName } from "../../../e2e/support/testbed.ts";
 import { ArchiverError } from "../../src/errors.ts";
-import { registerKafkaCodecs, xerialBlocks } from "../../src/transport/kafka-codecs.ts";
+import { registerKafkaCodecs } from "../../src/transport/kafka-codecs.ts";
 import { rawFetch, type RawFetchPartition } from "../../src/transport/raw-fetch.ts";
-import { forEachRecord, wholeBatches } from "../../src/transport/record-batch.ts";
+import { forEachRecord, wholeBatches, xerialBlocks } from "../../src/transport/record-batch.ts";
 
 const { CompressionTypes } = kafkajs;
 const brokers = need("TESTBED_KAFKA_BROKERS");

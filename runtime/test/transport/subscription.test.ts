@@ -8,6 +8,7 @@ import { Writable } from "node:stream";
 import { pino } from "pino";
 import { deleteKafkaTopic, kafkaTopic, need, uniqueName } from "../../../e2e/support/testbed.ts";
 import { groupOffsets, produce, waitFor } from "../../../e2e/support/archiver.ts";
+import { recordsOf } from "../../../e2e/support/batches.ts";
 import type { PartitionRef } from "../../src/delivery/tracker.ts";
 import { escapeRegExp } from "../../src/config/resolve.ts";
 import { createMetrics } from "../../src/observe/metrics.ts";
@@ -41,7 +42,7 @@ class Sink implements TransportSink {
       await hold;
       this.holding = false;
     }
-    for (const r of batch.records) this.records.push(`${batch.topic}/${batch.partition}/${r.offset}`);
+    for (const r of recordsOf(batch)) this.records.push(`${batch.topic}/${batch.partition}/${r.offset}`);
   }
   onAssigned(partitions: readonly PartitionRef[]): void {
     this.assigned.push(...partitions);
@@ -90,6 +91,7 @@ function harness(t: TestContext, client: keyof typeof CLIENTS, prefix: string): 
     topicsSubscribed: metrics.topicsSubscribed,
     sessionTimeoutMs: 10_000,
     maxBytesPerPartition: 1 << 20,
+    batchRecords: 10_000,
     maxBytes: 8 << 20,
     log: pino({ level: "info" }, out),
   });

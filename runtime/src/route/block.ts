@@ -1,0 +1,306 @@
+// Routing a whole batch off the event loop: the pipeline hands a route lane one block (a transport batch, either its
+// records end to end or Kafka's record batches as fetched), and gets back the batch grouped by destination, chunk by
+// chunk, each group its records' bytes end to end with a newline after each. Per record the event loop then does
+// nothing: decoding, field extraction and grouping, about 5 µs a record there, run on the lane, and the pipeline
+// buffers each group with one copy.
+// Both ends live here, as the one definition of the block and reply layouts (little-endian, unaligned):
+//   block: u32 spec length, spec JSON, i32 topic length (-1: none), topic, u8 kind, then
+//     kind 0 (records): u32 count, count x u32 value length, count x f64 offset, the values end to end
+//     kind 1 (kafka record batches): f64 fromOffset, u32 aborted, aborted x [f64 producer id, f64 first offset],
+//       the batches
+//   reply: u32 chunks, per chunk [u32 records, f64 last offset, u32 groups, per group
+//     [i32 key length (-1: too deep), key, u32 count, count x u32 end, count x f64 offset, u32 bytes, bytes]],
+//     then u32 errors, u32 too deep, u32 fields, fields x u32 fallbacks.
+
+import { codecLanes, type LaneFailure } from "../codec/lanes.ts";
+import { ArchiverError } from "../errors.ts";
+import type { InboundBatch, InboundRecord } from "../transport/types.ts";
+import { forEachRecord, type AbortedTransaction } from "../transport/record-batch.ts";
+import { createRouter, TOO_DEEP, type Router, type RouterOptions } from "./router.ts";
+
+/** How the lane routes: the router's options, and records per chunk (kafka.batch_size). */
+export interface RouteSpec {
+  readonly mode: RouterOptions["mode"];
+  readonly fields: readonly string[];
+  readonly defaultSegment: string;
+  readonly chunk: number;
+}
+
+/** One destination's records of a chunk: each value followed by a newline. */
+export interface RoutedGroup {
+  /** The destination key, or TOO_DEEP for the records nested past the limit (never parsed). */
+  readonly key: string | typeof TOO_DEEP;
+  readonly data: Buffer;
+  /** Per record, one past its newline in `data`. */
+  readonly ends: Uint32Array;
+  readonly offsets: Float64Array;
+}
+
+export interface RoutedChunk {
+  /** Records in the chunk, too deep ones included. */
+  readonly records: number;
+  /** The offset of the chunk's last record. */
+  readonly lastOffset: number;
+  readonly groups: readonly RoutedGroup[];
+}
+
+export interface Routed {
+  readonly chunks: readonly RoutedChunk[];
+  /** Records routed under their topic alone: invalid JSON, or an object or array at a field. */
+  readonly errors: number;
+  readonly tooDeep: number;
+  /** Per expression field, in order: records that took the default segment. */
+  readonly fallbacks: readonly number[];
+}
+
+const NEWLINE = 0x0a;
+const NO_TOPIC = -1;
+const TOO_DEEP_KEY = -1;
+const KIND_RECORDS = 0;
+const KIND_KAFKA = 1;
+
+/** The block a route lane takes for `batch`. */
+export function encodeRouteBlock(spec: RouteSpec, batch: InboundBatch): Uint8Array {
+  const specBytes = Buffer.from(JSON.stringify(spec));
+  const topicBytes = batch.topic === undefined ? undefined : Buffer.from(batch.topic);
+  const head = 4 + specBytes.length + 4 + (topicBytes?.length ?? 0) + 1;
+  let size = head;
+  if (batch.encoded !== undefined) size += 12 + batch.encoded.aborted.length * 16 + batch.encoded.bytes.length;
+  else {
+    size += 4 + batch.records.length * 12;
+    for (const r of batch.records) size += r.value?.length ?? 0;
+  }
+  const out = Buffer.allocUnsafe(size);
+  const view = new DataView(out.buffer, out.byteOffset, out.length);
+  let p = 0;
+  view.setUint32(p, specBytes.length, true);
+  p += 4 + specBytes.copy(out, p + 4);
+  view.setInt32(p, topicBytes?.length ?? NO_TOPIC, true);
+  p += 4 + (topicBytes?.copy(out, p + 4) ?? 0);
+  if (batch.encoded !== undefined) {
+    const { fromOffset, aborted, bytes } = batch.encoded;
+    out[p++] = KIND_KAFKA;
+    view.setFloat64(p, fromOffset, true);
+    view.setUint32(p + 8, aborted.length, true);
+    p += 12;
+    for (const a of aborted) {
+      view.setFloat64(p, a.producerId, true);
+      view.setFloat64(p + 8, a.firstOffset, true);
+      p += 16;
+    }
+    out.set(bytes, p);
+    return out;
+  }
+  out[p++] = KIND_RECORDS;
+  const records = batch.records;
+  view.setUint32(p, records.length, true);
+  p += 4;
+  const offsetsAt = p + records.length * 4;
+  let values = p + records.length * 12;
+  for (let i = 0; i < records.length; i++) {
+    const r = records[i] as InboundRecord;
+    const v = r.value;
+    view.setUint32(p + i * 4, v?.length ?? 0, true);
+    view.setFloat64(offsetsAt + i * 8, Number(r.offset), true);
+    if (v !== null && v.length > 0) {
+      out.set(v, values);
+      values += v.length;
+    }
+  }
+  return out;
+}
+
+interface Group {
+  readonly key: string | typeof TOO_DEEP;
+  readonly values: Uint8Array[];
+  readonly offsets: number[];
+  bytes: number;
+}
+
+interface Chunk {
+  records: number;
+  lastOffset: number;
+  readonly groups: Map<string | typeof TOO_DEEP, Group>;
+}
+
+const routers = new Map<string, { router: Router; spec: RouteSpec }>();
+
+/** Routes one block (the lane's side); the reply layout is in the header comment. */
+export function routeBlock(block: Uint8Array): Uint8Array {
+  const view = new DataView(block.buffer, block.byteOffset, block.byteLength);
+  const text = Buffer.from(block.buffer, block.byteOffset, block.byteLength);
+  let p = 0;
+  const specLength = view.getUint32(p, true);
+  const specText = text.toString("utf8", p + 4, p + 4 + specLength);
+  p += 4 + specLength;
+  let entry = routers.get(specText);
+  if (entry === undefined) {
+    const spec = JSON.parse(specText) as RouteSpec;
+    const router = createRouter({ mode: spec.mode, fields: [...spec.fields], defaultSegment: spec.defaultSegment });
+    routers.set(specText, (entry = { router, spec }));
+  }
+  const { router, spec } = entry;
+  const topicLength = view.getInt32(p, true);
+  const topic = topicLength === NO_TOPIC ? undefined : text.toString("utf8", p + 4, p + 4 + topicLength);
+  p += 4 + Math.max(0, topicLength);
+  const kind = block[p++];
+
+  const chunks: Chunk[] = [];
+  let chunk: Chunk | undefined;
+  const visit = (value: Uint8Array, offset: number): void => {
+    if (chunk === undefined || chunk.records >= spec.chunk) {
+      chunk = { records: 0, lastOffset: offset, groups: new Map() };
+      chunks.push(chunk);
+    }
+    const key = router.route(topic, value);
+    let g = chunk.groups.get(key);
+    if (g === undefined) chunk.groups.set(key, (g = { key, values: [], offsets: [], bytes: 0 }));
+    g.values.push(value);
+    g.offsets.push(offset);
+    g.bytes += value.length + 1;
+    chunk.records++;
+    chunk.lastOffset = offset;
+  };
+  if (kind === KIND_KAFKA) {
+    const fromOffset = view.getFloat64(p, true);
+    const aborted: AbortedTransaction[] = [];
+    const abortedCount = view.getUint32(p + 8, true);
+    p += 12;
+    for (let i = 0; i < abortedCount; i++, p += 16) {
+      aborted.push({ producerId: view.getFloat64(p, true), firstOffset: view.getFloat64(p + 8, true) });
+    }
+    forEachRecord(block.subarray(p), fromOffset, visit, aborted);
+  } else if (kind === KIND_RECORDS) {
+    const count = view.getUint32(p, true);
+    p += 4;
+    let values = p + count * 12;
+    for (let i = 0; i < count; i++) {
+      const length = view.getUint32(p + i * 4, true);
+      visit(block.subarray(values, values + length), view.getFloat64(p + count * 4 + i * 8, true));
+      values += length;
+    }
+  } else throw new Error(`unknown route block kind ${kind}`);
+  return encodeReply(chunks, router, spec.fields);
+}
+
+function encodeReply(chunks: readonly Chunk[], router: Router, fields: readonly string[]): Uint8Array {
+  const stats = router.drainStats();
+  const keys = new Map<string, Buffer>();
+  let size = 4 + 12 + fields.length * 4;
+  for (const c of chunks) {
+    size += 16;
+    for (const g of c.groups.values()) {
+      let keyLength = 0;
+      if (g.key !== TOO_DEEP) {
+        const k = Buffer.from(g.key);
+        keys.set(g.key, k);
+        keyLength = k.length;
+      }
+      size += 4 + keyLength + 4 + g.offsets.length * 12 + 4 + g.bytes;
+    }
+  }
+  const out = Buffer.allocUnsafe(size);
+  const view = new DataView(out.buffer, out.byteOffset, out.length);
+  let p = 0;
+  view.setUint32(p, chunks.length, true);
+  p += 4;
+  for (const c of chunks) {
+    view.setUint32(p, c.records, true);
+    view.setFloat64(p + 4, c.lastOffset, true);
+    view.setUint32(p + 12, c.groups.size, true);
+    p += 16;
+    for (const g of c.groups.values()) {
+      const key = g.key === TOO_DEEP ? undefined : keys.get(g.key);
+      view.setInt32(p, key?.length ?? TOO_DEEP_KEY, true);
+      p += 4 + (key?.copy(out, p + 4) ?? 0);
+      const n = g.offsets.length;
+      view.setUint32(p, n, true);
+      p += 4;
+      const endsAt = p;
+      const offsetsAt = p + n * 4;
+      const dataAt = offsetsAt + n * 8 + 4;
+      view.setUint32(offsetsAt + n * 8, g.bytes, true);
+      let end = 0;
+      for (let i = 0; i < n; i++) {
+        const v = g.values[i] as Uint8Array;
+        out.set(v, dataAt + end);
+        end += v.length;
+        out[dataAt + end++] = NEWLINE;
+        view.setUint32(endsAt + i * 4, end, true);
+        view.setFloat64(offsetsAt + i * 8, g.offsets[i] ?? 0, true);
+      }
+      p = dataAt + g.bytes;
+    }
+  }
+  view.setUint32(p, stats.errors, true);
+  view.setUint32(p + 4, stats.tooDeep, true);
+  view.setUint32(p + 8, fields.length, true);
+  p += 12;
+  // A field named twice counts once, at its first place, as the router's stats merge them by name.
+  fields.forEach((field, i) => {
+    view.setUint32(p + i * 4, fields.indexOf(field) === i ? (stats.fallbacks.get(field) ?? 0) : 0, true);
+  });
+  return out;
+}
+
+/** Reads a route lane's reply (the pipeline's side). Groups' bytes are views of `reply`. */
+export function readRouted(reply: Buffer): Routed {
+  const view = new DataView(reply.buffer, reply.byteOffset, reply.length);
+  let p = 0;
+  const chunkCount = view.getUint32(p, true);
+  p += 4;
+  const chunks: RoutedChunk[] = [];
+  for (let c = 0; c < chunkCount; c++) {
+    const records = view.getUint32(p, true);
+    const lastOffset = view.getFloat64(p + 4, true);
+    const groupCount = view.getUint32(p + 12, true);
+    p += 16;
+    const groups: RoutedGroup[] = [];
+    for (let g = 0; g < groupCount; g++) {
+      const keyLength = view.getInt32(p, true);
+      const key = keyLength === TOO_DEEP_KEY ? TOO_DEEP : reply.toString("utf8", p + 4, p + 4 + keyLength);
+      p += 4 + Math.max(0, keyLength);
+      const n = view.getUint32(p, true);
+      p += 4;
+      const ends = new Uint32Array(n);
+      const offsets = new Float64Array(n);
+      for (let i = 0; i < n; i++) {
+        ends[i] = view.getUint32(p + i * 4, true);
+        offsets[i] = view.getFloat64(p + n * 4 + i * 8, true);
+      }
+      p += n * 12;
+      const bytes = view.getUint32(p, true);
+      groups.push({ key, data: reply.subarray(p + 4, p + 4 + bytes), ends, offsets });
+      p += 4 + bytes;
+    }
+    chunks.push({ records, lastOffset, groups });
+  }
+  const errors = view.getUint32(p, true);
+  const tooDeep = view.getUint32(p + 4, true);
+  const fieldCount = view.getUint32(p + 8, true);
+  p += 12;
+  const fallbacks: number[] = [];
+  for (let i = 0; i < fieldCount; i++) fallbacks.push(view.getUint32(p + i * 4, true));
+  return { chunks, errors, tooDeep, fallbacks };
+}
+
+/**
+ * A batch of fewer records is routed on the event loop: a lane's round trip (about 100 µs) costs more than routing
+ * them here (about 2 µs a record). A push listener whose senders mix routing keys hands batches of one or two.
+ */
+const LOCAL_BELOW = 64;
+
+/** Routes `batch` on the least loaded lane, or here when it is small. */
+export async function routeBatch(spec: RouteSpec, batch: InboundBatch): Promise<Routed> {
+  const block = encodeRouteBlock(spec, batch);
+  if (batch.records !== undefined && batch.records.length < LOCAL_BELOW)
+    return readRouted(Buffer.from(routeBlock(block)));
+  try {
+    return readRouted(await codecLanes().run("route", 0, block));
+  } catch (err) {
+    if (err instanceof Error) throw err;
+    const f = err as LaneFailure;
+    if (f.kind === "archiver") throw new ArchiverError(f.code, f.message, f.retryable ? "retryable" : "permanent");
+    throw new ArchiverError("route_failed", `routing a batch failed: ${f.message}`, "permanent");
+  }
+}

@@ -1,0 +1,200 @@
+// Kafka's record batch format (magic 2), read where it is routed: on a lane, synchronously, so the event loop never
+// decodes a record. Layout (big-endian): i64 base offset, i32 length (of what follows), i32 leader epoch, i8 magic,
+// u32 CRC-32C (of attributes to the end), i16 attributes, i32 last offset delta, i64 first and max timestamps,
+// i64 producer id, i16 producer epoch, i32 base sequence, i32 record count, then the records (compressed as a whole
+// per attributes bits 0-2). A record: varint length, i8 attributes, varlong timestamp delta, varint offset delta,
+// varint key length and key, varint value length (-1: null) and value, varint header count and headers.
+
+import zlib from "node:zlib";
+import { crc32c } from "@platformatic/wasm-utils";
+import { decompressFrameSync } from "lz4-napi";
+import { uncompressSync } from "snappy";
+import { ArchiverError } from "../errors.ts";
+
+// snappy-java (the Java producer) frames its output: a magic header, then [u32 big-endian length][raw block]...
+const XERIAL_MAGIC = Buffer.from([0x82, 0x53, 0x4e, 0x41, 0x50, 0x50, 0x59, 0x00]);
+const XERIAL_HEADER = 16;
+
+/** The raw snappy blocks of a snappy-java framed buffer, or undefined when `buf` is one plain snappy block. */
+export function xerialBlocks(buf: Buffer): Buffer[] | undefined {
+  if (buf.length < XERIAL_HEADER || !buf.subarray(0, 8).equals(XERIAL_MAGIC)) return undefined;
+  const blocks: Buffer[] = [];
+  for (let pos = XERIAL_HEADER; pos < buf.length;) {
+    const len = buf.readUInt32BE(pos);
+    pos += 4;
+    blocks.push(buf.subarray(pos, pos + len));
+    pos += len;
+  }
+  return blocks;
+}
+
+/** A transaction the broker reports aborted in the fetched range (read_committed): its records are skipped. */
+export interface AbortedTransaction {
+  readonly producerId: number;
+  readonly firstOffset: number;
+}
+
+const BATCH_HEAD = 61;
+const LENGTH_AT = 8;
+const MAGIC_AT = 16;
+const CRC_AT = 17;
+const ATTRIBUTES_AT = 21;
+const LAST_DELTA_AT = 23;
+const PRODUCER_AT = 43;
+const COUNT_AT = 57;
+const LOG_OVERHEAD = 12;
+const COMPRESSION = 0x07;
+const TRANSACTIONAL = 0x10;
+const CONTROL = 0x20;
+const ABORT_MARKER = 0;
+
+/** Whole batches at the start of `bytes`: the broker may cut the last one at the fetch size. */
+export function wholeBatches(bytes: Uint8Array): { readonly end: number; readonly lastOffset: number } {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let p = 0;
+  let lastOffset = -1;
+  while (bytes.length - p >= BATCH_HEAD) {
+    const size = LOG_OVERHEAD + view.getInt32(p + LENGTH_AT);
+    if (size < BATCH_HEAD || bytes.length - p < size) break;
+    lastOffset = Number(view.getBigInt64(p)) + view.getInt32(p + LAST_DELTA_AT);
+    p += size;
+  }
+  return { end: p, lastOffset };
+}
+
+function malformed(message: string): ArchiverError {
+  // Permanent: a fetch of the same offset returns the same bytes, so retrying cannot clear it.
+  return new ArchiverError("kafka_batch_malformed", `kafka record batch malformed: ${message}`, "permanent");
+}
+
+function inflate(codec: number, data: Buffer): Buffer {
+  switch (codec) {
+    case 1:
+      return zlib.gunzipSync(data);
+    case 2: {
+      const blocks = xerialBlocks(data);
+      if (blocks === undefined) return uncompressSync(data) as Buffer;
+      return Buffer.concat(blocks.map((b) => uncompressSync(b) as Buffer));
+    }
+    case 3:
+      return decompressFrameSync(data);
+    case 4:
+      return zlib.zstdDecompressSync(data);
+    default:
+      throw malformed(`unknown compression ${codec}`);
+  }
+}
+
+/** Reads varints of one record region; throws on a read past its end. */
+class Cursor {
+  p = 0;
+  readonly b: Uint8Array;
+
+  constructor(b: Uint8Array) {
+    this.b = b;
+  }
+
+  varint(): number {
+    let value = 0;
+    let shift = 0;
+    for (;;) {
+      if (this.p >= this.b.length) throw malformed("record runs past its batch");
+      const byte = this.b[this.p++] as number;
+      // Multiplication, not <<, keeps 35..63-bit varlongs (timestamps) exact enough to skip.
+      value += (byte & 0x7f) * 2 ** shift;
+      if ((byte & 0x80) === 0) break;
+      shift += 7;
+      if (shift > 63) throw malformed("varint longer than 10 bytes");
+    }
+    // Zigzag: even values are non-negative.
+    return value % 2 === 0 ? value / 2 : -(value + 1) / 2;
+  }
+
+  skip(n: number): void {
+    if (n < 0 || this.p + n > this.b.length) throw malformed("record field runs past its batch");
+    this.p += n;
+  }
+}
+
+/**
+ * Calls `visit` for each record at or past `fromOffset`, in order, skipping control batches and the records of
+ * aborted transactions; a null value is visited as empty. Returns the records visited. Throws a permanent
+ * ArchiverError on a batch that fails its CRC-32C or does not parse.
+ */
+export function forEachRecord(
+  bytes: Uint8Array,
+  fromOffset: number,
+  visit: (value: Uint8Array, offset: number) => void,
+  aborted: readonly AbortedTransaction[] = [],
+): number {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const pending = [...aborted].sort((a, b) => a.firstOffset - b.firstOffset);
+  const abortedNow = new Set<number>();
+  let visited = 0;
+  let p = 0;
+  while (p < bytes.length) {
+    if (bytes.length - p < BATCH_HEAD) throw malformed(`${bytes.length - p} trailing bytes`);
+    const size = LOG_OVERHEAD + view.getInt32(p + LENGTH_AT);
+    if (size < BATCH_HEAD || p + size > bytes.length) throw malformed(`batch length ${size} at byte ${p}`);
+    const magic = view.getInt8(p + MAGIC_AT);
+    if (magic !== 2) throw malformed(`magic ${magic} (only the v2 format, Kafka 0.11 and later, is read)`);
+    const base = Number(view.getBigInt64(p));
+    const crc = view.getUint32(p + CRC_AT);
+    const actual = crc32c(bytes.subarray(p + ATTRIBUTES_AT, p + size));
+    if (crc !== actual) throw malformed(`CRC-32C mismatch in the batch at offset ${base}`);
+    const attributes = view.getInt16(p + ATTRIBUTES_AT);
+    const last = base + view.getInt32(p + LAST_DELTA_AT);
+    const producer = Number(view.getBigInt64(p + PRODUCER_AT));
+    const count = view.getInt32(p + COUNT_AT);
+    const body = bytes.subarray(p + BATCH_HEAD, p + size);
+    p += size;
+    const transactional = (attributes & TRANSACTIONAL) !== 0;
+    // Markers too: a fetch from past an aborted transaction's records lists it, and its marker must end it.
+    while (transactional && pending.length > 0 && (pending[0] as AbortedTransaction).firstOffset <= last) {
+      abortedNow.add((pending.shift() as AbortedTransaction).producerId);
+    }
+    if ((attributes & CONTROL) !== 0) {
+      // A marker ends its transaction: the producer's later batches belong to a new one.
+      if (transactional && controlType(body) === ABORT_MARKER) abortedNow.delete(producer);
+      continue;
+    }
+    if (transactional && abortedNow.has(producer)) continue;
+    if (last < fromOffset) continue;
+    const codec = attributes & COMPRESSION;
+    const records = codec === 0 ? body : inflate(codec, Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+    const c = new Cursor(records);
+    for (let i = 0; i < count; i++) {
+      const length = c.varint();
+      const end = c.p + length;
+      if (length < 0 || end > records.length) throw malformed(`record length ${length} in the batch at ${base}`);
+      c.skip(1);
+      c.varint();
+      const offset = base + c.varint();
+      // Key, then value: a length of -1 is null; a null value reads as empty.
+      c.skip(Math.max(0, c.varint()));
+      const valueLength = c.varint();
+      const valueAt = c.p;
+      c.skip(Math.max(0, valueLength));
+      const value = records.subarray(valueAt, c.p);
+      if (c.p > end) throw malformed(`record value runs past its record in the batch at ${base}`);
+      c.p = end;
+      if (offset >= fromOffset) {
+        visit(value, offset);
+        visited++;
+      }
+    }
+  }
+  return visited;
+}
+
+/** A control record's type, from its key (i16 version, i16 type): 0 abort, 1 commit. */
+function controlType(body: Uint8Array): number {
+  const c = new Cursor(body);
+  c.varint();
+  c.skip(1);
+  c.varint();
+  c.varint();
+  const keyLength = c.varint();
+  if (keyLength < 4) throw malformed("control record without its type");
+  return new DataView(body.buffer, body.byteOffset + c.p + 2, 2).getInt16(0);
+}
