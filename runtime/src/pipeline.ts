@@ -397,18 +397,15 @@ export class Pipeline implements TransportSink {
     this.#m.flushOperations.inc();
     if (b.trigger === "evict") this.#m.hotBufferEvictions.inc();
     this.#m.batchSizeBytes.observe(bytes);
-    const framed = this.#codec.compress(b.data);
     const prev = this.#chains.get(b.destination);
+    // Compressed on the lane that appends it (see codec/lanes.ts compressAppend), in the destination's order.
     const next = (prev ?? Promise.resolve())
-      .then(() => framed)
-      .then(
-        (frame) =>
-          this.#appendHeld(b, frame, bytes).then(() => {
-            this.#m.messagesWritten.inc(b.records);
-            this.#m.bytesWritten.inc(bytes);
-            this.#m.flushDuration.observe((performance.now() - started) / 1000);
-          }),
-        (err: unknown) => this.#refused(b, err),
+      .then(() =>
+        this.#appendHeld(b, bytes).then(() => {
+          this.#m.messagesWritten.inc(b.records);
+          this.#m.bytesWritten.inc(bytes);
+          this.#m.flushDuration.observe((performance.now() - started) / 1000);
+        }),
       )
       .catch((err: unknown) => (isRetryable(err) ? this.#writeFailed(b, err) : this.#refused(b, err)))
       .finally(() => {
@@ -457,15 +454,16 @@ export class Pipeline implements TransportSink {
   }
 
   /**
-   * Appends a frame; a local write that fails in a way that can clear (a full or failing disk, staging that cannot
+   * Appends the batch as one frame; a local write that fails in a way that can clear (a full or failing disk, staging that cannot
    * be created) is never dead-lettered: the writer has cut the file back to its last whole block, the batch and its
    * offsets stay held, and the append is retried from 0.1 s to 5 s while nothing more is received. Once shutdown
    * begins it gets WRITE_RETRY_AFTER_DRAIN_MS more, then its batch is Errored (the restart reads it again).
    */
-  async #appendHeld(b: FlushBatch, frame: Buffer, bytes: number): Promise<void> {
+  async #appendHeld(b: FlushBatch, bytes: number): Promise<void> {
+    const block = { raw: b.data, codec: this.#codec };
     for (let failures = 0; ;) {
       try {
-        await this.#writers.append(b.destination, frame, b.records, bytes, b.hold);
+        await this.#writers.append(b.destination, block, b.records, bytes, b.hold);
         this.#localWrites?.ok();
         if (failures > 0) {
           this.#log.info({ destination: b.destination, failures }, "local write landed after retries");

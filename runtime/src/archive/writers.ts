@@ -2,6 +2,7 @@
 // file, rolls the file on its compressed size or its age, and reports every file once it is durable (or errored) so
 // the delivery stage can release the offsets its tickets carry. A writer holds no write buffer between flushes: only
 // its file, counters and tickets.
+import type { Codec } from "../codec/index.ts";
 import { ArchiverError, ConfigError } from "../errors.ts";
 import type { Metrics } from "../observe/metrics.ts";
 import type { ArchiveFile, ArchiveStore } from "../store/types.ts";
@@ -62,13 +63,16 @@ export interface WriterPoolOptions<T> {
   readonly now?: () => number;
 }
 
+/** A flush to append: a compressed frame, or the raw batch and the codec that frames it where it is written. */
+export type Block = Buffer | { readonly raw: Buffer; readonly codec: Codec };
+
 export interface WriterPool<T> {
   /**
-   * Appends one compressed frame to the destination's open file. Resolves once the frame is on the file, which then
-   * holds `ticket`. Rejects (with the store's ArchiverError) with nothing of the frame left on the file: the ticket
-   * stays the caller's. Appends for one destination apply in call order.
+   * Appends one frame to the destination's open file. Resolves once the frame is on the file, which then holds
+   * `ticket`. Rejects (with the store's or codec's ArchiverError) with nothing of the frame left on the file: the
+   * ticket stays the caller's. Appends for one destination apply in call order.
    */
-  append(destination: string, frame: Buffer, records: number, rawBytes: number, ticket: T): Promise<void>;
+  append(destination: string, block: Block, records: number, rawBytes: number, ticket: T): Promise<void>;
   /** Rolls files older than roll_interval_secs; call about once a second. */
   tick(): void;
   /** Shutdown: lets accepted appends land, then completes every file. Later appends are refused. */
@@ -123,7 +127,7 @@ class Pool<T> implements WriterPool<T> {
     this.#now = opts.now ?? Date.now;
   }
 
-  append(destination: string, frame: Buffer, records: number, rawBytes: number, ticket: T): Promise<void> {
+  append(destination: string, block: Block, records: number, rawBytes: number, ticket: T): Promise<void> {
     if (this.#closed) {
       return Promise.reject(new ArchiverError("writers_closed", "append after the writers closed", "permanent"));
     }
@@ -135,7 +139,7 @@ class Pool<T> implements WriterPool<T> {
       w = this.#waiting.get(destination) ?? this.#newWriter(destination);
     }
     const writer = w;
-    return this.#enqueue(writer, () => this.#write(writer, frame, records, rawBytes, ticket));
+    return this.#enqueue(writer, () => this.#write(writer, block, records, rawBytes, ticket));
   }
 
   tick(): void {
@@ -241,23 +245,29 @@ class Pool<T> implements WriterPool<T> {
     this.#o.metrics.writersOpen.set(this.#open.size + this.#closing);
   }
 
-  async #write(w: Writer<T>, frame: Buffer, records: number, rawBytes: number, ticket: T): Promise<void> {
+  async #write(w: Writer<T>, block: Block, records: number, rawBytes: number, ticket: T): Promise<void> {
     const f = w.file ?? (await this.#openFile(w));
     const before = f.file.size;
+    let length: number;
     try {
-      await f.file.append(frame);
+      if (Buffer.isBuffer(block)) {
+        await f.file.append(block);
+        length = block.length;
+      } else length = await f.file.appendCompressed(block.codec, block.raw);
     } catch (err) {
+      // A codec's refusal wrote nothing: the batch's fault, not the file's.
+      if (f.file.size === before && err instanceof ArchiverError && err.code === "codec_refused") throw err;
       this.#o.metrics.archiveErrors.inc();
       await this.#cutBack(w, f, before);
       throw err;
     }
-    f.blockLengths.push(frame.length);
+    f.blockLengths.push(length);
     f.blockRecords.push(records);
     const lastTicket = f.tickets[f.tickets.length - 1];
     if (lastTicket === undefined || !this.#o.merge?.(lastTicket, ticket)) f.tickets.push(ticket);
     f.records += records;
     f.rawBytes += rawBytes;
-    this.#o.metrics.bytesCompressed.inc(frame.length);
+    this.#o.metrics.bytesCompressed.inc(length);
     // The roll's completion runs in the background; the next append opens the next file.
     if (f.file.size >= this.#o.rollSizeBytes) this.#track(this.#roll(w, "size"));
   }

@@ -23,6 +23,12 @@ export interface Codec {
    */
   compress(input: Buffer): Promise<Buffer>;
   /**
+   * compress(), with the frame appended at the end of `fd` (opened for append) where it is made; resolves to the
+   * frame's length. A refusal rejects as compress() does; a failed write rejects with the lane's `fs` failure,
+   * which says how much of the frame reached the file.
+   */
+  compressAppend(fd: number, input: Buffer): Promise<number>;
+  /**
    * One block (one compress() output, as a manifest's block length delimits it) back to the batch. Rejects with
    * ArchiverError `codec_corrupt` (permanent) when the block does not decode or fails its checksum.
    */
@@ -71,6 +77,15 @@ class LaneCodec implements Codec {
     return codecLanes()
       .run("compress", this.#id, input)
       .catch((err: unknown) => {
+        throw this.#failure("codec_refused", "refused the batch", err);
+      });
+  }
+
+  compressAppend(fd: number, input: Buffer): Promise<number> {
+    return codecLanes()
+      .compressAppend(fd, this.#id, input)
+      .catch((err: unknown) => {
+        if (!(err instanceof Error) && (err as LaneFailure).kind === "fs") throw err;
         throw this.#failure("codec_refused", "refused the batch", err);
       });
   }

@@ -10,7 +10,7 @@ import { Compressor, Decompressor } from "snappy";
 import { ArchiverError } from "../errors.ts";
 import { routeBlock } from "../route/block.ts";
 import { CODEC_NAMES } from "./index.ts";
-import { JOB_FIELDS, LANE_OPS, type LaneBatch, type LaneFailure, type LaneReply } from "./lanes.ts";
+import { alignOutput, JOB_FIELDS, LANE_OPS, type LaneBatch, type LaneFailure, type LaneReply } from "./lanes.ts";
 
 const port = parentPort;
 if (port === null) throw new Error("lane-worker.ts runs only as a worker thread of the codec lanes");
@@ -114,6 +114,13 @@ class Output {
     return n;
   }
 
+  /** The next `n` bytes, to be written in place. */
+  take(n: number): Uint8Array {
+    this.reserve(n);
+    this.end += n;
+    return this.bytes.subarray(this.end - n, this.end);
+  }
+
   push(chunk: Uint8Array): number {
     this.reserve(chunk.length);
     this.bytes.set(chunk, this.end);
@@ -193,6 +200,24 @@ function append(fd: number, frame: Buffer): void {
   }
 }
 
+/** Compresses into `out`, appends the frame to `fd`, and leaves in `out` only the frame's length (u32). */
+async function compressAppend(codec: number, fd: number, input: Buffer, out: Output): Promise<number> {
+  const start = out.end;
+  let length: number;
+  try {
+    length = await compress(codec, input, out);
+  } catch (err) {
+    // The codec refusing is the batch's fault, as for a compress job; the write below is the file's.
+    throw { kind: "refused", message: err instanceof Error ? err.message : String(err) } satisfies LaneFailure;
+  }
+  out.end = start;
+  append(fd, Buffer.from(out.bytes.buffer, out.bytes.byteOffset + start, length));
+  out.reserve(4);
+  new DataView(out.bytes.buffer, out.bytes.byteOffset).setUint32(out.end, length, true);
+  out.end += 4;
+  return 4;
+}
+
 const isFailure = (err: unknown): err is LaneFailure => typeof err === "object" && err !== null && "kind" in err;
 
 async function run(batch: LaneBatch): Promise<LaneReply> {
@@ -205,15 +230,22 @@ async function run(batch: LaneBatch): Promise<LaneReply> {
   for (let i = 0, at = 0; i < count; i++, at += JOB_FIELDS) {
     const op = LANE_OPS[jobs[at] ?? -1];
     const arg = jobs[at + 1] ?? 0;
-    const offset = jobs[at + 2] ?? 0;
-    const input = data.subarray(offset, offset + (jobs[at + 3] ?? 0));
+    const fd = jobs[at + 2] ?? -1;
+    const offset = jobs[at + 3] ?? 0;
+    const input = data.subarray(offset, offset + (jobs[at + 4] ?? 0));
+    // Each output starts 8-aligned, so a route reply's arrays read as typed views (see lanes.ts #settle).
+    out.end = alignOutput(out.end);
+    const start = out.end;
     try {
-      if (op === "append") append(arg, input);
+      if (op === "append") append(fd, input);
+      else if (op === "compressAppend") lengths[i] = await compressAppend(arg, fd, input, out);
       else if (op === "compress") lengths[i] = await compress(arg, input, out);
       else if (op === "decompress") lengths[i] = await decompress(arg, input, out);
-      else if (op === "route") lengths[i] = out.push(routeBlock(input));
+      else if (op === "route") lengths[i] = routeBlock(input, (n) => out.take(n)).length;
       else throw new Error(`unknown lane op ${jobs[at]}`);
     } catch (err) {
+      // Whatever a failed job wrote is dropped: the caller places each output by the lengths alone.
+      out.end = start;
       lengths[i] = -1;
       const message = err instanceof Error ? err.message : String(err);
       if (err instanceof ArchiverError) {

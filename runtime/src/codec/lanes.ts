@@ -13,17 +13,17 @@ import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import { ArchiverError } from "../errors.ts";
 
-export type LaneOp = "compress" | "decompress" | "append" | "route";
-export const LANE_OPS: readonly LaneOp[] = ["compress", "decompress", "append", "route"];
+export type LaneOp = "compress" | "decompress" | "append" | "compressAppend" | "route";
+export const LANE_OPS: readonly LaneOp[] = ["compress", "decompress", "append", "compressAppend", "route"];
 
 /** One message to a lane: `jobs` holds JOB_FIELDS integers per job; inputs lie end to end in `data`. */
 export interface LaneBatch {
   readonly id: number;
-  /** Per job: op index, codec id (compress, decompress) or descriptor (append), offset in data, length. */
+  /** Per job: op index, codec id (0 for an append or a route), descriptor (appends; else -1), offset in data, length. */
   readonly jobs: Int32Array<ArrayBuffer>;
   readonly data: ArrayBuffer;
 }
-export const JOB_FIELDS = 4;
+export const JOB_FIELDS = 5;
 
 export type LaneFailure =
   | { readonly kind: "refused" | "corrupt"; readonly message: string }
@@ -31,13 +31,19 @@ export type LaneFailure =
   | { readonly kind: "archiver"; readonly code: string; readonly message: string; readonly retryable: boolean }
   | { readonly kind: "fs"; readonly code: string | undefined; readonly message: string; readonly written: number };
 
-/** The reply: per job its output's length in `data` (0 for an append), or -1 with its failure in `failures`. */
+/**
+ * The reply: per job its output's length in `data` (0 for an append; a compressAppend's output is its frame's length
+ * as a u32), or -1 with its failure in `failures`.
+ */
 export interface LaneReply {
   readonly id: number;
   readonly lengths: Int32Array<ArrayBuffer>;
   readonly data: ArrayBuffer;
   readonly failures: Readonly<Record<number, LaneFailure>>;
 }
+
+/** Where a job's output starts in a reply's data: 8-aligned after the previous one's end. */
+export const alignOutput = (end: number): number => (end + 7) & ~7;
 
 /** A codec and its level as one integer, so a job names it in the batch's integer array. */
 export const codecId = (index: number, level: number | undefined): number => (index << 5) | (level ?? 0);
@@ -53,7 +59,7 @@ const WORKER_URL = new URL(`./lane-worker${extname(fileURLToPath(import.meta.url
 class Lane {
   readonly worker: Worker;
   /** Jobs asked for this turn, posted together once the turn ends. */
-  #queued: { op: number; arg: number; input: Uint8Array; job: LaneJob }[] = [];
+  #queued: { op: number; arg: number; fd: number; input: Uint8Array; job: LaneJob }[] = [];
   #queuedBytes = 0;
   readonly #sent = new Map<number, LaneJob[]>();
   #nextId = 0;
@@ -69,11 +75,11 @@ class Lane {
     this.worker.on("exit", (code) => onGone(this, `${why} (exit code ${code})`));
   }
 
-  add(op: number, arg: number, input: Uint8Array, job: LaneJob): void {
+  add(op: number, arg: number, fd: number, input: Uint8Array, job: LaneJob): void {
     // A pending job keeps the process alive; an idle lane must not.
     if (this.load++ === 0) this.worker.ref();
     if (this.#queued.length === 0) setImmediate(() => this.#post());
-    this.#queued.push({ op, arg, input, job });
+    this.#queued.push({ op, arg, fd, input, job });
     this.#queuedBytes += input.length;
   }
 
@@ -91,6 +97,7 @@ class Lane {
       data.set(q.input, offset);
       jobs[at++] = q.op;
       jobs[at++] = q.arg;
+      jobs[at++] = q.fd;
       jobs[at++] = offset;
       jobs[at++] = q.input.length;
       offset += q.input.length;
@@ -110,6 +117,7 @@ class Lane {
     let offset = 0;
     for (const [i, job] of jobs.entries()) {
       const length = reply.lengths[i] ?? -1;
+      offset = alignOutput(offset);
       if (length < 0) {
         job.reject(reply.failures[i] ?? new Error("lane reply without a failure"));
         continue;
@@ -143,17 +151,26 @@ class Lanes {
     for (let i = 1; i < this.#size; i++) {
       if ((this.#lanes[i]?.load ?? 0) < (this.#lanes[best]?.load ?? 0)) best = i;
     }
-    return this.#add(best, LANE_OPS.indexOf(op), arg, input);
+    return this.#add(best, LANE_OPS.indexOf(op), arg, -1, input);
   }
 
   /** Appends `frame` at the end of `fd` (opened for append), always on the same lane, so appends keep their order. */
   append(fd: number, frame: Uint8Array): Promise<Buffer> {
-    return this.#add(fd % this.#size, LANE_OPS.indexOf("append"), fd, frame);
+    return this.#add(fd % this.#size, LANE_OPS.indexOf("append"), 0, fd, frame);
   }
 
-  #add(at: number, op: number, arg: number, input: Uint8Array): Promise<Buffer> {
+  /**
+   * Compresses `input` (codec `arg`) into one frame and appends it at the end of `fd`, on fd's lane as append does;
+   * resolves to the frame's length. The frame never travels back: per flush one hand-off rather than two, and on a
+   * thousand destinations the flushes' hand-offs were most of the event loop's work.
+   */
+  async compressAppend(fd: number, arg: number, input: Uint8Array): Promise<number> {
+    return (await this.#add(fd % this.#size, LANE_OPS.indexOf("compressAppend"), arg, fd, input)).readUInt32LE(0);
+  }
+
+  #add(at: number, op: number, arg: number, fd: number, input: Uint8Array): Promise<Buffer> {
     const lane = (this.#lanes[at] ??= new Lane((gone, why) => this.#drop(at, gone, why)));
-    return new Promise((resolve, reject) => lane.add(op, arg, input, { resolve, reject }));
+    return new Promise((resolve, reject) => lane.add(op, arg, fd, input, { resolve, reject }));
   }
 
   // A bad input comes back as a failure, so a thread that dies died of something else: its jobs are retryable, and

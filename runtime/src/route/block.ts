@@ -8,9 +8,10 @@
 //     kind 0 (records): u32 count, count x u32 value length, count x f64 offset, the values end to end
 //     kind 1 (kafka record batches): f64 fromOffset, u32 aborted, aborted x [f64 producer id, f64 first offset],
 //       the batches
-//   reply: u32 chunks, per chunk [u32 records, f64 last offset, u32 groups, per group
-//     [i32 key length (-1: too deep), key, u32 count, count x u32 end, count x f64 offset, u32 bytes, bytes]],
-//     then u32 errors, u32 too deep, u32 fields, fields x u32 fallbacks.
+//   reply (8-aligned, so the pipeline reads ends and offsets as typed views): u32 chunks, 4 pad, per chunk
+//     [u32 records, u32 groups, f64 last offset, per group [i32 key length (-1: too deep), u32 count, key, pad to 8,
+//     count x f64 offset, count x u32 end, u32 bytes, bytes, pad to 8]], then u32 errors, u32 too deep, u32 fields,
+//     fields x u32 fallbacks.
 
 import { codecLanes, type LaneFailure } from "../codec/lanes.ts";
 import { ArchiverError } from "../errors.ts";
@@ -125,8 +126,11 @@ interface Chunk {
 
 const routers = new Map<string, { router: Router; spec: RouteSpec }>();
 
+/** Room for a reply of `size` bytes, starting 8-aligned in its buffer. */
+export type Alloc = (size: number) => Uint8Array;
+
 /** Routes one block (the lane's side); the reply layout is in the header comment. */
-export function routeBlock(block: Uint8Array): Uint8Array {
+export function routeBlock(block: Uint8Array, alloc: Alloc = (size) => Buffer.alloc(size)): Uint8Array {
   const view = new DataView(block.buffer, block.byteOffset, block.byteLength);
   const text = Buffer.from(block.buffer, block.byteOffset, block.byteLength);
   let p = 0;
@@ -180,13 +184,15 @@ export function routeBlock(block: Uint8Array): Uint8Array {
       values += length;
     }
   } else throw new Error(`unknown route block kind ${kind}`);
-  return encodeReply(chunks, router, spec.fields);
+  return encodeReply(chunks, router, spec.fields, alloc);
 }
 
-function encodeReply(chunks: readonly Chunk[], router: Router, fields: readonly string[]): Uint8Array {
+const align8 = (n: number): number => (n + 7) & ~7;
+
+function encodeReply(chunks: readonly Chunk[], router: Router, fields: readonly string[], alloc: Alloc): Uint8Array {
   const stats = router.drainStats();
   const keys = new Map<string, Buffer>();
-  let size = 4 + 12 + fields.length * 4;
+  let size = 8;
   for (const c of chunks) {
     size += 16;
     for (const g of c.groups.values()) {
@@ -196,30 +202,30 @@ function encodeReply(chunks: readonly Chunk[], router: Router, fields: readonly 
         keys.set(g.key, k);
         keyLength = k.length;
       }
-      size += 4 + keyLength + 4 + g.offsets.length * 12 + 4 + g.bytes;
+      size += align8(8 + keyLength) + g.offsets.length * 8 + align8(g.offsets.length * 4 + 4 + g.bytes);
     }
   }
-  const out = Buffer.allocUnsafe(size);
+  size += 12 + fields.length * 4;
+  const out = alloc(size);
   const view = new DataView(out.buffer, out.byteOffset, out.length);
-  let p = 0;
-  view.setUint32(p, chunks.length, true);
-  p += 4;
+  view.setUint32(0, chunks.length, true);
+  let p = 8;
   for (const c of chunks) {
     view.setUint32(p, c.records, true);
-    view.setFloat64(p + 4, c.lastOffset, true);
-    view.setUint32(p + 12, c.groups.size, true);
+    view.setUint32(p + 4, c.groups.size, true);
+    view.setFloat64(p + 8, c.lastOffset, true);
     p += 16;
     for (const g of c.groups.values()) {
       const key = g.key === TOO_DEEP ? undefined : keys.get(g.key);
-      view.setInt32(p, key?.length ?? TOO_DEEP_KEY, true);
-      p += 4 + (key?.copy(out, p + 4) ?? 0);
       const n = g.offsets.length;
-      view.setUint32(p, n, true);
-      p += 4;
-      const endsAt = p;
-      const offsetsAt = p + n * 4;
-      const dataAt = offsetsAt + n * 8 + 4;
-      view.setUint32(offsetsAt + n * 8, g.bytes, true);
+      view.setInt32(p, key?.length ?? TOO_DEEP_KEY, true);
+      view.setUint32(p + 4, n, true);
+      key?.copy(out, p + 8);
+      p += align8(8 + (key?.length ?? 0));
+      const offsetsAt = p;
+      const endsAt = p + n * 8;
+      const dataAt = endsAt + n * 4 + 4;
+      view.setUint32(dataAt - 4, g.bytes, true);
       let end = 0;
       for (let i = 0; i < n; i++) {
         const v = g.values[i] as Uint8Array;
@@ -229,7 +235,7 @@ function encodeReply(chunks: readonly Chunk[], router: Router, fields: readonly 
         view.setUint32(endsAt + i * 4, end, true);
         view.setFloat64(offsetsAt + i * 8, g.offsets[i] ?? 0, true);
       }
-      p = dataAt + g.bytes;
+      p = endsAt + align8(n * 4 + 4 + g.bytes);
     }
   }
   view.setUint32(p, stats.errors, true);
@@ -243,35 +249,36 @@ function encodeReply(chunks: readonly Chunk[], router: Router, fields: readonly 
   return out;
 }
 
-/** Reads a route lane's reply (the pipeline's side). Groups' bytes are views of `reply`. */
-export function readRouted(reply: Buffer): Routed {
+/**
+ * Reads a route lane's reply (the pipeline's side). Groups' bytes, ends and offsets are views of `reply`, which
+ * therefore starts 8-aligned in its buffer (a lane aligns each output; else it is copied once here).
+ */
+export function readRouted(bytes: Uint8Array): Routed {
+  const aligned = bytes.byteOffset % 8 === 0 ? bytes : new Uint8Array(bytes);
+  const reply = Buffer.from(aligned.buffer, aligned.byteOffset, aligned.byteLength);
   const view = new DataView(reply.buffer, reply.byteOffset, reply.length);
-  let p = 0;
-  const chunkCount = view.getUint32(p, true);
-  p += 4;
+  const chunkCount = view.getUint32(0, true);
+  let p = 8;
   const chunks: RoutedChunk[] = [];
   for (let c = 0; c < chunkCount; c++) {
     const records = view.getUint32(p, true);
-    const lastOffset = view.getFloat64(p + 4, true);
-    const groupCount = view.getUint32(p + 12, true);
+    const groupCount = view.getUint32(p + 4, true);
+    const lastOffset = view.getFloat64(p + 8, true);
     p += 16;
     const groups: RoutedGroup[] = [];
     for (let g = 0; g < groupCount; g++) {
       const keyLength = view.getInt32(p, true);
-      const key = keyLength === TOO_DEEP_KEY ? TOO_DEEP : reply.toString("utf8", p + 4, p + 4 + keyLength);
-      p += 4 + Math.max(0, keyLength);
-      const n = view.getUint32(p, true);
-      p += 4;
-      const ends = new Uint32Array(n);
-      const offsets = new Float64Array(n);
-      for (let i = 0; i < n; i++) {
-        ends[i] = view.getUint32(p + i * 4, true);
-        offsets[i] = view.getFloat64(p + n * 4 + i * 8, true);
-      }
-      p += n * 12;
-      const bytes = view.getUint32(p, true);
-      groups.push({ key, data: reply.subarray(p + 4, p + 4 + bytes), ends, offsets });
-      p += 4 + bytes;
+      const n = view.getUint32(p + 4, true);
+      const key = keyLength === TOO_DEEP_KEY ? TOO_DEEP : reply.toString("utf8", p + 8, p + 8 + keyLength);
+      p += align8(8 + Math.max(0, keyLength));
+      // Little-endian typed views, as the lane wrote them: every platform Node runs on here is little-endian.
+      const offsets = new Float64Array(reply.buffer, reply.byteOffset + p, n);
+      const endsAt = p + n * 8;
+      const ends = new Uint32Array(reply.buffer, reply.byteOffset + endsAt, n);
+      const bytes = view.getUint32(endsAt + n * 4, true);
+      const dataAt = endsAt + n * 4 + 4;
+      groups.push({ key, data: reply.subarray(dataAt, dataAt + bytes), ends, offsets });
+      p = endsAt + align8(n * 4 + 4 + bytes);
     }
     chunks.push({ records, lastOffset, groups });
   }
@@ -293,8 +300,7 @@ const LOCAL_BELOW = 64;
 /** Routes `batch` on the least loaded lane, or here when it is small. */
 export async function routeBatch(spec: RouteSpec, batch: InboundBatch): Promise<Routed> {
   const block = encodeRouteBlock(spec, batch);
-  if (batch.records !== undefined && batch.records.length < LOCAL_BELOW)
-    return readRouted(Buffer.from(routeBlock(block)));
+  if (batch.records !== undefined && batch.records.length < LOCAL_BELOW) return readRouted(routeBlock(block));
   try {
     return readRouted(await codecLanes().run("route", 0, block));
   } catch (err) {

@@ -4,6 +4,7 @@
 import { link, mkdir, open, unlink, type FileHandle } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import type { Codec } from "../codec/index.ts";
 import { codecLanes, type LaneFailure } from "../codec/lanes.ts";
 import { ArchiverError, type ErrorKind } from "../errors.ts";
 import type { PartialJournal } from "./partials.ts";
@@ -138,12 +139,26 @@ class LocalFile implements ArchiveFile {
   }
 
   async append(frame: Buffer): Promise<void> {
-    const handle = this.#live("append");
+    // On a codec lane, batched with every other file's appends of this turn (see codec/lanes.ts). The file is
+    // opened for append and the writer sends one append at a time, so the frame lands whole at the end.
+    const fd = this.#live("append").fd;
+    await this.#landed(
+      codecLanes()
+        .append(fd, frame)
+        .then(() => frame.length),
+    );
+  }
+
+  appendCompressed(codec: Codec, raw: Buffer): Promise<number> {
+    return this.#landed(codec.compressAppend(this.#live("append").fd, raw));
+  }
+
+  /** Counts what an append on a lane put on the file; a failure names the file (a codec's refusal passes as is). */
+  async #landed(appended: Promise<number>): Promise<number> {
     try {
-      // On a codec lane, batched with every other file's appends of this turn (see codec/lanes.ts). The file is
-      // opened for append and the writer sends one append at a time, so the frame lands whole at the end.
-      await codecLanes().append(handle.fd, frame);
-      this.#size += frame.length;
+      const length = await appended;
+      this.#size += length;
+      return length;
     } catch (err) {
       if (err instanceof Error) throw fsError(err, "append", this.#path);
       const failure = err as LaneFailure;

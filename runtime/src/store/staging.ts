@@ -9,6 +9,7 @@ import { stat } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import type { Logger } from "pino";
+import type { Codec } from "../codec/index.ts";
 import { ArchiverError, ConfigError, isRetryable } from "../errors.ts";
 import type { Metrics } from "../observe/metrics.ts";
 import { SinkTally, type SinkOutcomes } from "../regulate/circuit.ts";
@@ -151,21 +152,25 @@ class StagedFile implements ArchiveFile {
   }
 
   async append(frame: Buffer): Promise<void> {
+    await this.#staging(() => this.#local.append(frame));
+  }
+
+  appendCompressed(codec: Codec, raw: Buffer): Promise<number> {
+    return this.#staging(() => this.#local.appendCompressed(codec, raw));
+  }
+
+  /** Counts what a write of the local file staged, whether or not it succeeded. */
+  async #staging<R>(write: () => Promise<R>): Promise<R> {
     const before = this.#local.size;
     try {
-      await this.#local.append(frame);
+      return await write();
     } finally {
       this.#store.staged(this.#local.size - before);
     }
   }
 
   async truncate(size: number): Promise<void> {
-    const before = this.#local.size;
-    try {
-      await this.#local.truncate(size);
-    } finally {
-      this.#store.staged(this.#local.size - before);
-    }
+    await this.#staging(() => this.#local.truncate(size));
   }
 
   async complete(meta: FileMeta): Promise<void> {

@@ -2,6 +2,8 @@
 // A local backend writes in place; an object backend stages under <spool>/uploads and uploads the file whole once
 // it completes. Either way `complete` resolving is the moment the file's offsets may be released.
 
+import type { Codec } from "../codec/index.ts";
+
 /** What a completed file is, for a backend that records it (an object store's manifest: object path, blocks). */
 export interface FileMeta {
   readonly records: number;
@@ -23,6 +25,11 @@ export interface ArchiveFile {
   readonly size: number;
   /** Appends one whole frame. Rejects with an ArchiverError whose kind says whether a retry can clear it. */
   append(frame: Buffer): Promise<void>;
+  /**
+   * Appends `raw` as one frame of `codec`, compressed where it is written; resolves to the frame's length. Rejects
+   * as append() does, or with the codec's `codec_refused` (permanent) when it refuses the batch.
+   */
+  appendCompressed(codec: Codec, raw: Buffer): Promise<number>;
   /** Cuts the file back to `size` bytes: a failed append is cut back to the last whole block before a retry. */
   truncate(size: number): Promise<void>;
   /** Resolves once the file is durable (synced / uploaded). On rejection the file no longer holds its handle. */

@@ -9,6 +9,7 @@ import { createWriterPool, type CompletedFile, type WriterPoolOptions } from "..
 import { ArchiverError, ConfigError } from "../../src/errors.ts";
 import { createMetrics } from "../../src/observe/metrics.ts";
 import { createFileStore } from "../../src/store/file.ts";
+import type { Codec } from "../../src/codec/index.ts";
 import type { ArchiveFile, ArchiveStore, FileMeta } from "../../src/store/types.ts";
 
 // ---- an in-memory store whose every step a test can delay or fail ----
@@ -47,6 +48,12 @@ class MemFile implements ArchiveFile {
     } finally {
       this.appending--;
     }
+  }
+
+  async appendCompressed(codec: Codec, raw: Buffer): Promise<number> {
+    const frame = await codec.compress(raw);
+    await this.append(frame);
+    return frame.length;
   }
 
   async truncate(size: number): Promise<void> {

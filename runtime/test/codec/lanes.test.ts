@@ -2,7 +2,7 @@
 // still get its own answer, and appends to one file must land in the order they were asked for.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
@@ -60,5 +60,54 @@ test("appends to several files asked for in one turn land whole, each file in it
     assert.equal(f.size, Buffer.byteLength(expected[i]?.join("") ?? ""));
     await f.complete({ records: 0, codec: "none", openedAt: 0, closedAt: 0, blockLengths: [], blockRecords: [] });
     assert.equal(readFileSync(join(dir, `d/${["a", "b", "c"][i]}.jsonl`), "utf8"), expected[i]?.join(""));
+  }
+});
+
+test("flushes compressed where they are appended land as one frame each, in order, and zstd reads the file whole", async () => {
+  const store = createFileStore(dir);
+  const codec = createCodec("zstd", 3);
+  const files = await Promise.all(["x", "y"].map((n) => store.open(`c/${n}.jsonl.zst`)));
+  const inputs = files.map(() => [] as Buffer[]);
+  const appends: Promise<number>[] = [];
+  for (let i = 0; i < 400; i++) {
+    const which = i % 3 === 0 ? 1 : 0;
+    inputs[which]?.push(flush(i));
+    appends.push(files[which]?.appendCompressed(codec, flush(i)) ?? Promise.resolve(0));
+  }
+  const lengths = await Promise.all(appends);
+  for (const [i, f] of files.entries()) {
+    const own = lengths.filter((_, k) => (k % 3 === 0 ? 1 : 0) === i);
+    assert.equal(
+      f.size,
+      own.reduce((n, l) => n + l, 0),
+      "the file's size is its frames' lengths",
+    );
+    await f.complete({ records: 0, codec: "zstd", openedAt: 0, closedAt: 0, blockLengths: own, blockRecords: [] });
+    const path = join(dir, `c/${["x", "y"][i]}.jsonl.zst`);
+    // Each length delimits one frame that decodes to its own flush.
+    const bytes = readFileSync(path);
+    let at = 0;
+    for (const [k, l] of own.entries()) {
+      assert.ok((await codec.decompress(bytes.subarray(at, at + l))).equals(inputs[i]?.[k] ?? Buffer.alloc(0)));
+      at += l;
+    }
+    const decoded = spawnSync("zstd", ["-dc", "--", path], { maxBuffer: 64 << 20 });
+    assert.equal(decoded.status, 0, decoded.stderr?.toString());
+    assert.ok(decoded.stdout.equals(Buffer.concat(inputs[i] ?? [])));
+  }
+});
+
+test("a compressed append that the disk refuses fails as a write (ENOSPC, nothing written), not as the codec's refusal", async () => {
+  const fd = openSync("/dev/full", "a");
+  try {
+    const err = await createCodec("zstd", 3)
+      .compressAppend(fd, flush(3))
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    assert.deepEqual(err, { kind: "fs", code: "ENOSPC", message: (err as { message?: string }).message, written: 0 });
+  } finally {
+    closeSync(fd);
   }
 });
