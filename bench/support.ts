@@ -108,7 +108,7 @@ export async function runArchiver(
         brokers: need("TESTBED_KAFKA_BROKERS").split(","),
         group_id: uniqueName("bench"),
         topics: [topic],
-        client: o.client ?? "kafkajs",
+        ...(o.client === undefined ? {} : { client: o.client }),
       },
       archive: { destination: `file://${join(dir, "archive")}`, ...o.archive?.(dir) },
       buffer: { spool_dir: join(dir, "spool"), ...o.buffer },

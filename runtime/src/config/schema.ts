@@ -197,9 +197,9 @@ const kafkaSchema = z
       .describe("TLS to the brokers."),
     client: z
       .enum(["kafkajs", "platformatic"])
-      .default("kafkajs")
+      .default("platformatic")
       .describe(
-        "Kafka client library behind the transport: kafkajs, or @platformatic/kafka (faster decoding, measured in bench/transport.bench.ts).",
+        "Kafka client library behind the transport: @platformatic/kafka, its record batches decoded off the event loop (the faster, measured in bench/pipeline.bench.ts), or kafkajs.",
       ),
     batch_size: count().default(10000).describe("Records per batch the consumer hands to the pipeline."),
     session_timeout_ms: count()
