@@ -48,6 +48,16 @@ export interface PipelineDeps {
 
 export type PipelineExit = { code: 0 } | { code: 1; reason: string };
 
+/** A routed chunk waiting for the end of the turn to be buffered (see Pipeline #buffer). */
+interface PendingChunk {
+  readonly batch: InboundBatch;
+  readonly slot: number;
+  /** The partition's assignment when its batch arrived. */
+  readonly assignment: number;
+  readonly chunk: RoutedChunk;
+  readonly done: (buffered: boolean) => void;
+}
+
 export class Pipeline implements TransportSink {
   /** The delivery guarantee in force and why, as pipeline_delivery_guarantee reports it. */
   readonly guarantee: { guarantee: string; reason: string };
@@ -86,6 +96,7 @@ export class Pipeline implements TransportSink {
   #drainStartedAt: number | undefined;
   readonly #inflightCap: number;
   readonly #waiters: (() => void)[] = [];
+  readonly #pendingChunks: PendingChunk[] = [];
   #timer: NodeJS.Timeout | undefined;
   #committing: Promise<void> | undefined;
   #commitAgain = false;
@@ -241,10 +252,7 @@ export class Pipeline implements TransportSink {
       this.#countRouting(routed);
       let last = -1;
       for (const chunk of routed.chunks) {
-        // Once draining, or once a rebalance took the partition (or handed it back from its committed offset) while
-        // this batch waited, the rest of it is left to whoever reads the partition next.
-        if (this.#refusing() || this.#tracker.assignment(slot) !== assignment) return;
-        this.#buffer(batch, slot, chunk);
+        if (!(await this.#buffer({ batch, slot, assignment, chunk }))) return;
         last = chunk.lastOffset;
         this.#receivedUpTo(batch, slot, last, chunk.records);
         this.#latch.check();
@@ -268,13 +276,44 @@ export class Pipeline implements TransportSink {
     return this.#draining !== undefined && this.#transport.replayable;
   }
 
-  #buffer(batch: InboundBatch, slot: number, chunk: RoutedChunk): void {
-    // Grouped by destination before buffering, so that with more destinations than hot buffers a buffer the LRU
-    // evicts carries everything the chunk had for it, not one record.
-    for (const g of chunk.groups) {
-      if (g.key === TOO_DEEP) this.#tooDeep(batch, slot, g);
-      else this.#buffers.add(g.key, slot, g);
+  /**
+   * Buffers a chunk together with every other chunk routed by the end of this turn (the lanes answer several
+   * partitions' batches in one message), destination by destination: with more destinations than hot buffers, a
+   * buffer the LRU evicts then carries what all of those partitions had for it, not one partition's share. Resolves
+   * false, buffering nothing, once draining or once a rebalance took the partition (or handed it back from its
+   * committed offset) while the batch waited: the rest of it is left to whoever reads the partition next.
+   */
+  #buffer(entry: Omit<PendingChunk, "done">): Promise<boolean> {
+    return new Promise((done) => {
+      const waiting = this.#pendingChunks.push({ ...entry, done });
+      // A batch alone (a push listener's, one at a time) has nothing to wait for: a turn each cost its intake.
+      if (this.#batchesRunning <= 1) this.#bufferPending();
+      else if (waiting === 1) setImmediate(() => this.#bufferPending());
+    });
+  }
+
+  #bufferPending(): void {
+    const live: PendingChunk[] = [];
+    const byKey = new Map<string | typeof TOO_DEEP, { p: PendingChunk; g: RoutedGroup }[]>();
+    for (const p of this.#pendingChunks.splice(0)) {
+      if (this.#refusing() || this.#tracker.assignment(p.slot) !== p.assignment) {
+        p.done(false);
+        continue;
+      }
+      live.push(p);
+      for (const g of p.chunk.groups) {
+        const list = byKey.get(g.key);
+        if (list === undefined) byKey.set(g.key, [{ p, g }]);
+        else list.push({ p, g });
+      }
     }
+    for (const [key, list] of byKey) {
+      for (const { p, g } of list) {
+        if (key === TOO_DEEP) this.#tooDeep(p.batch, p.slot, g);
+        else this.#buffers.add(key, p.slot, g);
+      }
+    }
+    for (const p of live) p.done(true);
   }
 
   #receivedUpTo(batch: InboundBatch, slot: number, last: number, records: number): void {
