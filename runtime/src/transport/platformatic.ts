@@ -1,8 +1,8 @@
 // Kafka consumer group through @platformatic/kafka: the library keeps the group membership (join, sync, heartbeats,
 // rejoin on rebalance), while the fetch loop is ours. Its MessagesStream builds a message object per record and
-// pauses only as a whole; this loop issues the Fetch requests itself, hands each partition's records to the sink as one
-// batch, and fetches a partition again only once the sink resolved its batch (per-partition back-pressure). The
-// library decodes gzip, snappy, lz4 and zstd batches natively (zlib and a WebAssembly codec): no codec to register.
+// pauses only as a whole; this loop issues the Fetch requests itself (raw-fetch.ts), hands each partition's record
+// batches to the sink as one batch, still encoded (decoded on a route lane, record-batch.ts), and fetches a partition
+// again only once the sink resolved its batch (per-partition back-pressure).
 // A subscription change tracks the new topics and joins again as the same member; the partitions it keeps are read on
 // from where they were.
 import {
