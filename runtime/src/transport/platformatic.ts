@@ -102,9 +102,7 @@ export class PlatformaticKafkaTransport implements Transport {
       heartbeatInterval: Math.max(1000, Math.floor(opts.sessionTimeoutMs / 10)),
       autocommit: false,
       autocreateTopics: false,
-      maxWaitTime: MAX_WAIT_MS,
-      maxBytes: opts.maxBytes,
-      maxBytesPerPartition: opts.maxBytesPerPartition,
+      // Its fetch options go unset: the fetches are ours (#fetch), through raw-fetch.ts.
       ...connection,
     });
     this.#fetchPool = new ConnectionPool(opts.clientId, connection);
