@@ -77,6 +77,8 @@ export interface RunResult {
   /** The most staged_bytes and uploads_pending seen (object destinations). */
   maxStagedBytes: number;
   maxUploadsPending: number;
+  /** flush_operations_total once every record was counted: with more destinations than hot buffers, most evict. */
+  flushes: number;
 }
 
 export interface RunOptions {
@@ -134,6 +136,7 @@ export async function runArchiver(
   let seconds = 0;
   let receivedSeconds = 0;
   let firstSeconds = 0;
+  let flushes = 0;
   for (;;) {
     await sleep(100);
     if (proc.exitCode !== null) throw new Error(`archiver exited ${proc.exitCode}`);
@@ -153,6 +156,7 @@ export async function runArchiver(
       firstSeconds = Number(process.hrtime.bigint() - t0) / 1e9;
     if (receivedSeconds === 0 && sumMetric(text, "messages_received_total") >= count)
       receivedSeconds = Number(process.hrtime.bigint() - t0) / 1e9;
+    flushes = Math.max(flushes, sumMetric(text, "flush_operations_total"));
     if (sumMetric(text, done) >= count) break;
   }
   if (o.until === "archived") seconds = Number(process.hrtime.bigint() - t0) / 1e9;
@@ -180,6 +184,7 @@ export async function runArchiver(
     heldBytesPerRecord: held ? heldBytes / held : 0,
     maxStagedBytes,
     maxUploadsPending,
+    flushes,
   };
 }
 

@@ -30,6 +30,8 @@ const TICK_MS = 1000;
 const MAX_FLUSHES_IN_FLIGHT = 256;
 const LOCAL_WRITE_BACKOFF: Backoff = { minMs: 100, maxMs: 5000 };
 const WRITE_RETRY_AFTER_DRAIN_MS = 10_000;
+/** Routed chunks held for the end of a turn past this many batches' records are buffered even while others route. */
+const TURN_BATCHES = 8;
 
 export interface PipelineDeps {
   config: ResolvedConfig;
@@ -102,6 +104,10 @@ export class Pipeline implements TransportSink {
   #commitAgain = false;
   #draining: Promise<PipelineExit> | undefined;
   #batchesRunning = 0;
+  /** Batches on a route lane, whose chunks the pending ones wait for (see #buffer). */
+  #routing = 0;
+  #pendingRecords = 0;
+  #turnScheduled = false;
   #batchesIdle: (() => void) | undefined;
   readonly #lag = new Map<number, number>();
   #exitReason: string | undefined;
@@ -248,7 +254,14 @@ export class Pipeline implements TransportSink {
       const assignment = this.#tracker.assignment(slot);
       // A lane decodes, routes and groups the batch, kafka.batch_size records a chunk, while the event loop buffers
       // and flushes; chunks are buffered with back-pressure between.
-      const routed = await routeBatch(this.#routeSpec, batch);
+      this.#routing++;
+      let routed: Routed;
+      try {
+        routed = await routeBatch(this.#routeSpec, batch);
+      } finally {
+        this.#routing--;
+        this.#endTurnSoon();
+      }
       this.#countRouting(routed);
       let last = -1;
       for (const chunk of routed.chunks) {
@@ -277,22 +290,35 @@ export class Pipeline implements TransportSink {
   }
 
   /**
-   * Buffers a chunk together with every other chunk routed by the end of this turn (the lanes answer several
-   * partitions' batches in one message), destination by destination: with more destinations than hot buffers, a
-   * buffer the LRU evicts then carries what all of those partitions had for it, not one partition's share. Resolves
-   * false, buffering nothing, once draining or once a rebalance took the partition (or handed it back from its
-   * committed offset) while the batch waited: the rest of it is left to whoever reads the partition next.
+   * Buffers a chunk together with every other chunk routed by the time no batch is left on a route lane (one fetch's
+   * partitions, up to TURN_BATCHES batches' records), destination by destination: with more destinations than hot
+   * buffers, a buffer the LRU evicts then carries what all of those partitions had for it, not one partition's share.
+   * On 1000 destinations that took the 2M-record bench from 120k flushes to 79k. Resolves false, buffering nothing,
+   * once draining or once a rebalance took the partition (or handed it back from its committed offset) while the
+   * batch waited: the rest of it is left to whoever reads the partition next.
    */
   #buffer(entry: Omit<PendingChunk, "done">): Promise<boolean> {
     return new Promise((done) => {
-      const waiting = this.#pendingChunks.push({ ...entry, done });
+      this.#pendingChunks.push({ ...entry, done });
+      this.#pendingRecords += entry.chunk.records;
       // A batch alone (a push listener's, one at a time) has nothing to wait for: a turn each cost its intake.
       if (this.#batchesRunning <= 1) this.#bufferPending();
-      else if (waiting === 1) setImmediate(() => this.#bufferPending());
+      else this.#endTurnSoon();
+    });
+  }
+
+  #endTurnSoon(): void {
+    if (this.#turnScheduled || this.#pendingChunks.length === 0) return;
+    if (this.#routing > 0 && this.#pendingRecords < this.#cfg.kafka.batch_size * TURN_BATCHES) return;
+    this.#turnScheduled = true;
+    setImmediate(() => {
+      this.#turnScheduled = false;
+      this.#bufferPending();
     });
   }
 
   #bufferPending(): void {
+    this.#pendingRecords = 0;
     const live: PendingChunk[] = [];
     const byKey = new Map<string | typeof TOO_DEEP, { p: PendingChunk; g: RoutedGroup }[]>();
     for (const p of this.#pendingChunks.splice(0)) {

@@ -5,6 +5,7 @@
 // and keeps its block for the next destination, since destinations churning through 64 buffers would otherwise
 // allocate (and fault in) a fresh block at every eviction.
 import type { Hold } from "../delivery/hold.ts";
+import { sharedCopy } from "../codec/lanes.ts";
 
 export const HOT_BUFFER_COUNT = 64;
 const FIRST_ALLOC = 16 * 1024;
@@ -178,7 +179,7 @@ export class HotBufferPool {
     const full = b.length >= this.#opts.flushBytes;
     const batch: FlushBatch = {
       destination: b.destination,
-      data: full ? b.data.subarray(0, b.length) : Buffer.from(b.data.subarray(0, b.length)),
+      data: full ? b.data.subarray(0, b.length) : sharedCopy(b.data.subarray(0, b.length)),
       records: b.records,
       hold: b.hold,
       trigger,

@@ -99,7 +99,7 @@ const zstdParams = (level: number) => ({
   [zlib.constants.ZSTD_c_checksumFlag]: 1,
 });
 
-/** The batch's outputs, end to end in one growing buffer. */
+/** A batch's outputs, end to end in one buffer that grows and is kept across batches (see run). */
 class Output {
   bytes: Uint8Array<ArrayBuffer> = new Uint8Array(1 << 16);
   end = 0;
@@ -112,13 +112,6 @@ class Output {
       this.bytes = grown;
     }
     return n;
-  }
-
-  /** The next `n` bytes, to be written in place. */
-  take(n: number): Uint8Array {
-    this.reserve(n);
-    this.end += n;
-    return this.bytes.subarray(this.end - n, this.end);
   }
 
   push(chunk: Uint8Array): number {
@@ -220,19 +213,27 @@ async function compressAppend(codec: number, fd: number, input: Buffer, out: Out
 
 const isFailure = (err: unknown): err is LaneFailure => typeof err === "object" && err !== null && "kind" in err;
 
+// Kept across batches: a flush's frame is written here and then to its file, and a batch grown afresh each time
+// faulted in and copied its output at every doubling.
+const out = new Output();
+
 async function run(batch: LaneBatch): Promise<LaneReply> {
   const data = Buffer.from(batch.data);
   const jobs = batch.jobs;
   const count = jobs.length / JOB_FIELDS;
   const lengths = new Int32Array(count);
   const failures: Record<number, LaneFailure> = {};
-  const out = new Output();
+  const owned: Record<number, ArrayBuffer> = {};
+  out.end = 0;
   for (let i = 0, at = 0; i < count; i++, at += JOB_FIELDS) {
     const op = LANE_OPS[jobs[at] ?? -1];
     const arg = jobs[at + 1] ?? 0;
     const fd = jobs[at + 2] ?? -1;
-    const offset = jobs[at + 3] ?? 0;
-    const input = data.subarray(offset, offset + (jobs[at + 4] ?? 0));
+    const source = jobs[at + 3] ?? -1;
+    const offset = jobs[at + 4] ?? 0;
+    const length = jobs[at + 5] ?? 0;
+    const sab = batch.shared[source];
+    const input = sab === undefined ? data.subarray(offset, offset + length) : Buffer.from(sab, offset, length);
     // Each output starts 8-aligned, so a route reply's arrays read as typed views (see lanes.ts #settle).
     out.end = alignOutput(out.end);
     const start = out.end;
@@ -241,8 +242,12 @@ async function run(batch: LaneBatch): Promise<LaneReply> {
       else if (op === "compressAppend") lengths[i] = await compressAppend(arg, fd, input, out);
       else if (op === "compress") lengths[i] = await compress(arg, input, out);
       else if (op === "decompress") lengths[i] = await decompress(arg, input, out);
-      else if (op === "route") lengths[i] = routeBlock(input, (n) => out.take(n)).length;
-      else throw new Error(`unknown lane op ${jobs[at]}`);
+      else if (op === "route") {
+        // A reply of its own, exactly its size, moved as it is: a batch's routed records, megabytes, copied nowhere.
+        const reply = routeBlock(input);
+        owned[i] = reply.buffer;
+        lengths[i] = reply.length;
+      } else throw new Error(`unknown lane op ${jobs[at]}`);
     } catch (err) {
       // Whatever a failed job wrote is dropped: the caller places each output by the lengths alone.
       out.end = start;
@@ -254,7 +259,7 @@ async function run(batch: LaneBatch): Promise<LaneReply> {
     }
   }
   // A buffer of just the outputs, so what the caller keeps of it holds no slack.
-  return { id: batch.id, lengths, data: out.bytes.slice(0, out.end).buffer, failures };
+  return { id: batch.id, lengths, data: out.bytes.slice(0, out.end).buffer, owned, failures };
 }
 
 // Batches run one after another, snappy's awaits included, so appends to one descriptor keep their order.
@@ -262,7 +267,7 @@ let tail = Promise.resolve();
 port.on("message", (batch: LaneBatch) => {
   tail = tail
     .then(() => run(batch))
-    .then((reply) => port.postMessage(reply, [reply.data, reply.lengths.buffer]))
+    .then((reply) => port.postMessage(reply, [reply.data, reply.lengths.buffer, ...Object.values(reply.owned)]))
     // Not a job's failure (each is answered in its reply): the lane ends, and its jobs are retried on a fresh one.
     .catch((err: unknown) =>
       process.nextTick(() => {

@@ -16,14 +16,48 @@ import { ArchiverError } from "../errors.ts";
 export type LaneOp = "compress" | "decompress" | "append" | "compressAppend" | "route";
 export const LANE_OPS: readonly LaneOp[] = ["compress", "decompress", "append", "compressAppend", "route"];
 
-/** One message to a lane: `jobs` holds JOB_FIELDS integers per job; inputs lie end to end in `data`. */
+/**
+ * One message to a lane: `jobs` holds JOB_FIELDS integers per job; inputs lie end to end in `data`, or where they
+ * are in `shared` (see sharedCopy).
+ */
 export interface LaneBatch {
   readonly id: number;
-  /** Per job: op index, codec id (0 for an append or a route), descriptor (appends; else -1), offset in data, length. */
+  /**
+   * Per job: op index, codec id (0 for an append or a route), descriptor (appends; else -1), its input's source (-1
+   * for `data`, else an index in `shared`), offset there, length.
+   */
   readonly jobs: Int32Array<ArrayBuffer>;
   readonly data: ArrayBuffer;
+  readonly shared: readonly SharedArrayBuffer[];
 }
-export const JOB_FIELDS = 5;
+export const JOB_FIELDS = 6;
+const IN_DATA = -1;
+
+const SHARED_CHUNK = 4 << 20;
+let sharedChunk: SharedArrayBuffer | undefined;
+let sharedUsed = 0;
+
+/**
+ * A copy of `bytes` in memory the lanes share, so a job given it reads it where it lies rather than from a copy in
+ * its message: what a hot buffer flushes is copied once on the event loop, not twice. Copies are carved from 4 MiB
+ * chunks, each freed once no copy in it is referenced.
+ */
+export function sharedCopy(bytes: Uint8Array): Buffer {
+  const n = bytes.length;
+  if (n > SHARED_CHUNK / 4) {
+    const own = Buffer.from(new SharedArrayBuffer(n));
+    own.set(bytes);
+    return own;
+  }
+  if (sharedChunk === undefined || sharedUsed + n > SHARED_CHUNK) {
+    sharedChunk = new SharedArrayBuffer(SHARED_CHUNK);
+    sharedUsed = 0;
+  }
+  const copy = Buffer.from(sharedChunk, sharedUsed, n);
+  copy.set(bytes);
+  sharedUsed = alignOutput(sharedUsed + n);
+  return copy;
+}
 
 export type LaneFailure =
   | { readonly kind: "refused" | "corrupt"; readonly message: string }
@@ -32,13 +66,14 @@ export type LaneFailure =
   | { readonly kind: "fs"; readonly code: string | undefined; readonly message: string; readonly written: number };
 
 /**
- * The reply: per job its output's length in `data` (0 for an append; a compressAppend's output is its frame's length
- * as a u32), or -1 with its failure in `failures`.
+ * The reply: per job its output's length (0 for an append; a compressAppend's output is its frame's length as a u32),
+ * or -1 with its failure in `failures`. An output lies in `data`, or, for a route, alone in its buffer in `owned`.
  */
 export interface LaneReply {
   readonly id: number;
   readonly lengths: Int32Array<ArrayBuffer>;
   readonly data: ArrayBuffer;
+  readonly owned: Readonly<Record<number, ArrayBuffer>>;
   readonly failures: Readonly<Record<number, LaneFailure>>;
 }
 
@@ -80,34 +115,45 @@ class Lane {
     if (this.load++ === 0) this.worker.ref();
     if (this.#queued.length === 0) setImmediate(() => this.#post());
     this.#queued.push({ op, arg, fd, input, job });
-    this.#queuedBytes += input.length;
+    if (!(input.buffer instanceof SharedArrayBuffer)) this.#queuedBytes += input.length;
   }
 
   #post(): void {
     const queued = this.#queued;
     if (queued.length === 0) return;
     this.#queued = [];
-    // One buffer of just these inputs, moved rather than cloned: the inputs' own buffers stay the callers'.
+    // One buffer of just these inputs, moved rather than cloned: the inputs' own buffers stay the callers'. Inputs
+    // in shared memory are read where they are.
     const data = new Uint8Array(this.#queuedBytes);
     this.#queuedBytes = 0;
     const jobs = new Int32Array(queued.length * JOB_FIELDS);
+    const shared: SharedArrayBuffer[] = [];
     let offset = 0;
     let at = 0;
     for (const q of queued) {
-      data.set(q.input, offset);
+      const input = q.input;
       jobs[at++] = q.op;
       jobs[at++] = q.arg;
       jobs[at++] = q.fd;
-      jobs[at++] = offset;
-      jobs[at++] = q.input.length;
-      offset += q.input.length;
+      if (input.buffer instanceof SharedArrayBuffer) {
+        let source = shared.lastIndexOf(input.buffer);
+        if (source < 0) source = shared.push(input.buffer) - 1;
+        jobs[at++] = source;
+        jobs[at++] = input.byteOffset;
+      } else {
+        data.set(input, offset);
+        jobs[at++] = IN_DATA;
+        jobs[at++] = offset;
+        offset += input.length;
+      }
+      jobs[at++] = input.length;
     }
     const id = this.#nextId++;
     this.#sent.set(
       id,
       queued.map((q) => q.job),
     );
-    this.worker.postMessage({ id, jobs, data: data.buffer } satisfies LaneBatch, [data.buffer, jobs.buffer]);
+    this.worker.postMessage({ id, jobs, data: data.buffer, shared } satisfies LaneBatch, [data.buffer, jobs.buffer]);
   }
 
   #settle(reply: LaneReply): void {
@@ -120,6 +166,11 @@ class Lane {
       offset = alignOutput(offset);
       if (length < 0) {
         job.reject(reply.failures[i] ?? new Error("lane reply without a failure"));
+        continue;
+      }
+      const own = reply.owned[i];
+      if (own !== undefined) {
+        job.resolve(Buffer.from(own, 0, length));
         continue;
       }
       job.resolve(Buffer.from(reply.data, offset, length));

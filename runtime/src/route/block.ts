@@ -126,11 +126,8 @@ interface Chunk {
 
 const routers = new Map<string, { router: Router; spec: RouteSpec }>();
 
-/** Room for a reply of `size` bytes, starting 8-aligned in its buffer. */
-export type Alloc = (size: number) => Uint8Array;
-
-/** Routes one block (the lane's side); the reply layout is in the header comment. */
-export function routeBlock(block: Uint8Array, alloc: Alloc = (size) => Buffer.alloc(size)): Uint8Array {
+/** Routes one block (the lane's side); the reply, laid out as the header comment says, fills a buffer of its own. */
+export function routeBlock(block: Uint8Array): Uint8Array<ArrayBuffer> {
   const view = new DataView(block.buffer, block.byteOffset, block.byteLength);
   const text = Buffer.from(block.buffer, block.byteOffset, block.byteLength);
   let p = 0;
@@ -184,12 +181,12 @@ export function routeBlock(block: Uint8Array, alloc: Alloc = (size) => Buffer.al
       values += length;
     }
   } else throw new Error(`unknown route block kind ${kind}`);
-  return encodeReply(chunks, router, spec.fields, alloc);
+  return encodeReply(chunks, router, spec.fields);
 }
 
 const align8 = (n: number): number => (n + 7) & ~7;
 
-function encodeReply(chunks: readonly Chunk[], router: Router, fields: readonly string[], alloc: Alloc): Uint8Array {
+function encodeReply(chunks: readonly Chunk[], router: Router, fields: readonly string[]): Uint8Array<ArrayBuffer> {
   const stats = router.drainStats();
   const keys = new Map<string, Buffer>();
   let size = 8;
@@ -206,7 +203,7 @@ function encodeReply(chunks: readonly Chunk[], router: Router, fields: readonly 
     }
   }
   size += 12 + fields.length * 4;
-  const out = alloc(size);
+  const out = new Uint8Array(size);
   const view = new DataView(out.buffer, out.byteOffset, out.length);
   view.setUint32(0, chunks.length, true);
   let p = 8;
