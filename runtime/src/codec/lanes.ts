@@ -31,6 +31,7 @@ export interface LaneBatch {
   readonly shared: readonly SharedArrayBuffer[];
 }
 export const JOB_FIELDS = 6;
+const ROUTE = LANE_OPS.indexOf("route");
 const IN_DATA = -1;
 
 const SHARED_CHUNK = 4 << 20;
@@ -96,10 +97,12 @@ class Lane {
   /** Jobs asked for this turn, posted together once the turn ends. */
   #queued: { op: number; arg: number; fd: number; input: Uint8Array; job: LaneJob }[] = [];
   #queuedBytes = 0;
-  readonly #sent = new Map<number, LaneJob[]>();
+  readonly #sent = new Map<number, { jobs: LaneJob[]; routes: number }>();
   #nextId = 0;
-  /** Jobs queued or sent and not yet answered: what picking the least loaded lane reads. */
+  /** Jobs queued or sent and not yet answered. */
   load = 0;
+  /** Of those, routes: each a whole batch, the costliest job by far, so what picking a lane for a route reads. */
+  routes = 0;
 
   constructor(onGone: (lane: Lane, why: string) => void) {
     this.worker = new Worker(WORKER_URL);
@@ -115,6 +118,7 @@ class Lane {
     if (this.load++ === 0) this.worker.ref();
     if (this.#queued.length === 0) setImmediate(() => this.#post());
     this.#queued.push({ op, arg, fd, input, job });
+    if (op === ROUTE) this.routes++;
     if (!(input.buffer instanceof SharedArrayBuffer)) this.#queuedBytes += input.length;
   }
 
@@ -149,17 +153,16 @@ class Lane {
       jobs[at++] = input.length;
     }
     const id = this.#nextId++;
-    this.#sent.set(
-      id,
-      queued.map((q) => q.job),
-    );
+    this.#sent.set(id, { jobs: queued.map((q) => q.job), routes: queued.filter((q) => q.op === ROUTE).length });
     this.worker.postMessage({ id, jobs, data: data.buffer, shared } satisfies LaneBatch, [data.buffer, jobs.buffer]);
   }
 
   #settle(reply: LaneReply): void {
-    const jobs = this.#sent.get(reply.id);
-    if (jobs === undefined) return;
+    const sent = this.#sent.get(reply.id);
+    if (sent === undefined) return;
     this.#sent.delete(reply.id);
+    const jobs = sent.jobs;
+    this.routes -= sent.routes;
     let offset = 0;
     for (const [i, job] of jobs.entries()) {
       const length = reply.lengths[i] ?? -1;
@@ -182,10 +185,11 @@ class Lane {
 
   /** Every job not yet answered: rejected when the lane's thread is gone. */
   orphans(): LaneJob[] {
-    const jobs = [...this.#queued.map((q) => q.job), ...[...this.#sent.values()].flat()];
+    const jobs = [...this.#queued.map((q) => q.job), ...[...this.#sent.values()].flatMap((s) => s.jobs)];
     this.#queued = [];
     this.#sent.clear();
     this.load = 0;
+    this.routes = 0;
     return jobs;
   }
 }
@@ -196,13 +200,18 @@ class Lanes {
   readonly #size = Math.max(1, Math.min(4, availableParallelism()));
   readonly #lanes: (Lane | undefined)[] = [];
 
-  /** A codec or route job on the least loaded lane (`arg` names the codec; 0 for a route). */
+  /**
+   * A codec or route job on the least loaded lane (`arg` names the codec; 0 for a route). A route goes where the
+   * fewest routes wait: counted by jobs alone, a fetch's batches all went to the lane that was not compressing a
+   * thousand small flushes, and it routed them one by one while the other lane sat idle.
+   */
   run(op: "compress" | "decompress" | "route", arg: number, input: Uint8Array): Promise<Buffer> {
+    const index = LANE_OPS.indexOf(op);
+    const weigh = (lane: Lane | undefined): number =>
+      index === ROUTE ? (lane?.routes ?? 0) * 1e9 + (lane?.load ?? 0) : (lane?.load ?? 0);
     let best = 0;
-    for (let i = 1; i < this.#size; i++) {
-      if ((this.#lanes[i]?.load ?? 0) < (this.#lanes[best]?.load ?? 0)) best = i;
-    }
-    return this.#add(best, LANE_OPS.indexOf(op), arg, -1, input);
+    for (let i = 1; i < this.#size; i++) if (weigh(this.#lanes[i]) < weigh(this.#lanes[best])) best = i;
+    return this.#add(best, index, arg, -1, input);
   }
 
   /** Appends `frame` at the end of `fd` (opened for append), always on the same lane, so appends keep their order. */
