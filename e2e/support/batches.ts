@@ -13,6 +13,11 @@ export function recordsOf(batch: InboundBatch): BatchRecord[] {
   if (batch.encoded === undefined) return batch.records.map((r) => ({ value: r.value, offset: Number(r.offset) }));
   const out: BatchRecord[] = [];
   const { bytes, fromOffset, aborted } = batch.encoded;
-  forEachRecord(bytes, fromOffset, (value, offset) => out.push({ value: Buffer.from(value), offset }), aborted);
+  forEachRecord(
+    bytes,
+    fromOffset,
+    (records, start, end, offset) => out.push({ value: Buffer.from(records.subarray(start, end)), offset }),
+    aborted,
+  );
   return out;
 }

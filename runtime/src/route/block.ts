@@ -111,20 +111,60 @@ export function encodeRouteBlock(spec: RouteSpec, batch: InboundBatch): Uint8Arr
   return out;
 }
 
+/**
+ * Per record of the block being routed, in arrival order: the source buffer its value lies in, where, its offset and
+ * its group. Kept across blocks and grown as needed: two passes over typed arrays, where a group of values and
+ * offsets as arrays cost a subarray and two pushes a record, and the collector their garbage.
+ */
+class Visited {
+  count = 0;
+  source = new Int32Array(1024);
+  start = new Int32Array(1024);
+  end = new Int32Array(1024);
+  offset = new Float64Array(1024);
+  group = new Int32Array(1024);
+
+  push(source: number, start: number, end: number, offset: number, group: number): void {
+    const i = this.count++;
+    if (i === this.source.length) this.#grow();
+    this.source[i] = source;
+    this.start[i] = start;
+    this.end[i] = end;
+    this.offset[i] = offset;
+    this.group[i] = group;
+  }
+
+  #grow(): void {
+    const size = this.source.length * 2;
+    const grown = <A extends Int32Array | Float64Array>(a: A, Kind: new (n: number) => A): A => {
+      const b = new Kind(size);
+      b.set(a);
+      return b;
+    };
+    this.source = grown(this.source, Int32Array);
+    this.start = grown(this.start, Int32Array);
+    this.end = grown(this.end, Int32Array);
+    this.offset = grown(this.offset, Float64Array);
+    this.group = grown(this.group, Int32Array);
+  }
+}
+
+/** One destination's share of one chunk. */
 interface Group {
   readonly key: string | typeof TOO_DEEP;
-  readonly values: Uint8Array[];
-  readonly offsets: number[];
+  records: number;
   bytes: number;
 }
 
 interface Chunk {
   records: number;
   lastOffset: number;
-  readonly groups: Map<string | typeof TOO_DEEP, Group>;
+  /** Indices into the block's groups, in first-seen order. */
+  readonly groups: number[];
 }
 
 const routers = new Map<string, { router: Router; spec: RouteSpec }>();
+const visited = new Visited();
 
 /** Routes one block (the lane's side); the reply, laid out as the header comment says, fills a buffer of its own. */
 export function routeBlock(block: Uint8Array): Uint8Array<ArrayBuffer> {
@@ -146,19 +186,30 @@ export function routeBlock(block: Uint8Array): Uint8Array<ArrayBuffer> {
   p += 4 + Math.max(0, topicLength);
   const kind = block[p++];
 
+  const sources: Buffer[] = [];
+  const groups: Group[] = [];
   const chunks: Chunk[] = [];
   let chunk: Chunk | undefined;
-  const visit = (value: Uint8Array, offset: number): void => {
+  let inChunk = new Map<string | typeof TOO_DEEP, number>();
+  visited.count = 0;
+  const visit = (records: Buffer, start: number, end: number, offset: number): void => {
+    if (sources[sources.length - 1] !== records) sources.push(records);
     if (chunk === undefined || chunk.records >= spec.chunk) {
-      chunk = { records: 0, lastOffset: offset, groups: new Map() };
+      chunk = { records: 0, lastOffset: offset, groups: [] };
       chunks.push(chunk);
+      inChunk = new Map();
     }
-    const key = router.route(topic, value);
-    let g = chunk.groups.get(key);
-    if (g === undefined) chunk.groups.set(key, (g = { key, values: [], offsets: [], bytes: 0 }));
-    g.values.push(value);
-    g.offsets.push(offset);
-    g.bytes += value.length + 1;
+    const key = router.route(topic, records, start, end);
+    let g = inChunk.get(key);
+    if (g === undefined) {
+      g = groups.push({ key, records: 0, bytes: 0 }) - 1;
+      inChunk.set(key, g);
+      chunk.groups.push(g);
+    }
+    const group = groups[g] as Group;
+    group.records++;
+    group.bytes += end - start + 1;
+    visited.push(sources.length - 1, start, end, offset, g);
     chunk.records++;
     chunk.lastOffset = offset;
   };
@@ -177,63 +228,84 @@ export function routeBlock(block: Uint8Array): Uint8Array<ArrayBuffer> {
     let values = p + count * 12;
     for (let i = 0; i < count; i++) {
       const length = view.getUint32(p + i * 4, true);
-      visit(block.subarray(values, values + length), view.getFloat64(p + count * 4 + i * 8, true));
+      visit(text, values, values + length, view.getFloat64(p + count * 4 + i * 8, true));
       values += length;
     }
   } else throw new Error(`unknown route block kind ${kind}`);
-  return encodeReply(chunks, router, spec.fields);
+  return encodeReply(chunks, groups, sources, router, spec.fields);
 }
 
 const align8 = (n: number): number => (n + 7) & ~7;
 
-function encodeReply(chunks: readonly Chunk[], router: Router, fields: readonly string[]): Uint8Array<ArrayBuffer> {
+/** Where a group's next record goes in the reply. */
+interface Cursor {
+  offsets: number;
+  ends: number;
+  data: number;
+  end: number;
+}
+
+function encodeReply(
+  chunks: readonly Chunk[],
+  groups: readonly Group[],
+  sources: readonly Buffer[],
+  router: Router,
+  fields: readonly string[],
+): Uint8Array<ArrayBuffer> {
   const stats = router.drainStats();
   const keys = new Map<string, Buffer>();
   let size = 8;
   for (const c of chunks) {
     size += 16;
-    for (const g of c.groups.values()) {
+    for (const gi of c.groups) {
+      const g = groups[gi] as Group;
       let keyLength = 0;
       if (g.key !== TOO_DEEP) {
-        const k = Buffer.from(g.key);
-        keys.set(g.key, k);
+        let k = keys.get(g.key);
+        if (k === undefined) keys.set(g.key, (k = Buffer.from(g.key)));
         keyLength = k.length;
       }
-      size += align8(8 + keyLength) + g.offsets.length * 8 + align8(g.offsets.length * 4 + 4 + g.bytes);
+      size += align8(8 + keyLength) + g.records * 8 + align8(g.records * 4 + 4 + g.bytes);
     }
   }
   size += 12 + fields.length * 4;
-  const out = new Uint8Array(size);
+  const out = Buffer.from(new ArrayBuffer(size));
   const view = new DataView(out.buffer, out.byteOffset, out.length);
+  const cursors: Cursor[] = new Array<Cursor>(groups.length);
   view.setUint32(0, chunks.length, true);
   let p = 8;
+  // First each group's head and place; then the records, each copied once to its group's place.
   for (const c of chunks) {
     view.setUint32(p, c.records, true);
-    view.setUint32(p + 4, c.groups.size, true);
+    view.setUint32(p + 4, c.groups.length, true);
     view.setFloat64(p + 8, c.lastOffset, true);
     p += 16;
-    for (const g of c.groups.values()) {
+    for (const gi of c.groups) {
+      const g = groups[gi] as Group;
       const key = g.key === TOO_DEEP ? undefined : keys.get(g.key);
-      const n = g.offsets.length;
+      const n = g.records;
       view.setInt32(p, key?.length ?? TOO_DEEP_KEY, true);
       view.setUint32(p + 4, n, true);
       key?.copy(out, p + 8);
       p += align8(8 + (key?.length ?? 0));
-      const offsetsAt = p;
       const endsAt = p + n * 8;
       const dataAt = endsAt + n * 4 + 4;
       view.setUint32(dataAt - 4, g.bytes, true);
-      let end = 0;
-      for (let i = 0; i < n; i++) {
-        const v = g.values[i] as Uint8Array;
-        out.set(v, dataAt + end);
-        end += v.length;
-        out[dataAt + end++] = NEWLINE;
-        view.setUint32(endsAt + i * 4, end, true);
-        view.setFloat64(offsetsAt + i * 8, g.offsets[i] ?? 0, true);
-      }
+      cursors[gi] = { offsets: p, ends: endsAt, data: dataAt, end: 0 };
       p = endsAt + align8(n * 4 + 4 + g.bytes);
     }
+  }
+  for (let r = 0; r < visited.count; r++) {
+    const c = cursors[visited.group[r] ?? 0] as Cursor;
+    const start = visited.start[r] ?? 0;
+    const end = visited.end[r] ?? 0;
+    (sources[visited.source[r] ?? 0] as Buffer).copy(out, c.data + c.end, start, end);
+    c.end += end - start;
+    out[c.data + c.end++] = NEWLINE;
+    view.setUint32(c.ends, c.end, true);
+    view.setFloat64(c.offsets, visited.offset[r] ?? 0, true);
+    c.ends += 4;
+    c.offsets += 8;
   }
   view.setUint32(p, stats.errors, true);
   view.setUint32(p + 4, stats.tooDeep, true);
@@ -243,7 +315,7 @@ function encodeReply(chunks: readonly Chunk[], router: Router, fields: readonly 
   fields.forEach((field, i) => {
     view.setUint32(p + i * 4, fields.indexOf(field) === i ? (stats.fallbacks.get(field) ?? 0) : 0, true);
   });
-  return out;
+  return new Uint8Array(out.buffer);
 }
 
 /**

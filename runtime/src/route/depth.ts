@@ -5,13 +5,13 @@ const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 
 /**
- * True as soon as `{`/`[` nesting outside strings goes past `limit`. Brackets inside strings do not count and `\"`
+ * True as soon as `{`/`[` nesting in buf[start, end) outside strings goes past `limit`. Brackets inside strings do not count and `\"`
  * does not end a string. Malformed input is not judged here, only counted: the parse that follows refuses it.
  */
-export function nestingDepthExceeds(buf: Uint8Array, limit: number): boolean {
-  const n = buf.length;
+export function nestingDepthExceeds(buf: Uint8Array, limit: number, start = 0, end = buf.length): boolean {
+  const n = end;
   let depth = 0;
-  let i = 0;
+  let i = start;
   while (i < n) {
     const c = buf[i++];
     if (c === QUOTE) {

@@ -34,6 +34,16 @@ export interface Extractor {
   extract(buf: Uint8Array, out: (string | undefined)[]): boolean;
   /** As `extract`, but TooDeep exactly when nestingDepthExceeds(buf, maxDepth): the deep part is never scanned. */
   scan(buf: Uint8Array, out: (string | undefined)[], maxDepth: number): ScanResult;
+  /**
+   * As `scan`, over the record in buf[start, end), decoding nothing: a Scalar path's text is left at
+   * buf[starts[i], ends[i]) (a string with its quotes), for `value` to decode. A router that has met the same text
+   * before needs no string made.
+   */
+  scanSpans(buf: Uint8Array, start: number, end: number, maxDepth: number): ScanResult;
+  readonly starts: Int32Array;
+  readonly ends: Int32Array;
+  /** Path i's value as `extract` gives it, from the span the last Ok `scanSpans` of `buf` left. */
+  value(buf: Uint8Array, i: number): string;
 }
 
 interface PathNode {
@@ -136,10 +146,11 @@ function decodeString(buf: Uint8Array, start: number, end: number, escaped: bool
   return out;
 }
 
-function setScalar(node: PathNode, kinds: Uint8Array, out: (string | undefined)[], value: string): void {
+function setScalar(node: PathNode, x: FieldExtractor, start: number, end: number): void {
   for (const i of node.terminals) {
-    kinds[i] = FieldKind.Scalar;
-    out[i] = value;
+    x.kinds[i] = FieldKind.Scalar;
+    x.starts[i] = start;
+    x.ends[i] = end;
   }
 }
 
@@ -157,6 +168,10 @@ function newNode(key: string): PathNode {
 class FieldExtractor implements Extractor {
   readonly paths: readonly string[];
   readonly kinds: Uint8Array;
+  readonly starts: Int32Array;
+  readonly ends: Int32Array;
+  /** Per path, whether its string value holds an escape. */
+  readonly #escaped: Uint8Array;
   private readonly root: PathNode;
   /** The routed node of each active object, by depth. */
   private readonly activeNodes: PathNode[];
@@ -170,6 +185,9 @@ class FieldExtractor implements Extractor {
   constructor(paths: readonly string[]) {
     this.paths = [...paths];
     this.kinds = new Uint8Array(paths.length);
+    this.starts = new Int32Array(paths.length);
+    this.ends = new Int32Array(paths.length);
+    this.#escaped = new Uint8Array(paths.length);
     this.root = newNode("");
     let longest = 0;
     paths.forEach((path, index) => {
@@ -201,23 +219,41 @@ class FieldExtractor implements Extractor {
   }
 
   scan(buf: Uint8Array, out: (string | undefined)[], maxDepth: number): ScanResult {
-    const r = this.parse(buf, out, maxDepth);
+    const r = this.scanSpans(buf, 0, buf.length, maxDepth);
+    if (r === ScanResult.Ok) {
+      for (let i = 0; i < this.paths.length; i++) {
+        out[i] = this.kinds[i] === FieldKind.Scalar ? this.value(buf, i) : undefined;
+      }
+    }
+    return r;
+  }
+
+  scanSpans(buf: Uint8Array, start: number, end: number, maxDepth: number): ScanResult {
+    const r = this.parse(buf, start, end, maxDepth);
     // A refusal before the depth limit may hide a deeper part further on; the plain depth scan decides, as it would
     // have run first. Nesting cannot exceed the byte count, so short records skip it.
-    if (r === ScanResult.Invalid && maxDepth < buf.length && nestingDepthExceeds(buf, maxDepth)) {
+    if (r === ScanResult.Invalid && maxDepth < end - start && nestingDepthExceeds(buf, maxDepth, start, end)) {
       return ScanResult.TooDeep;
     }
     return r;
+  }
+
+  value(buf: Uint8Array, i: number): string {
+    const start = this.starts[i] ?? 0;
+    const end = this.ends[i] ?? 0;
+    const c = buf[start];
+    if (c === QUOTE) return decodeString(buf, start + 1, end - 1, this.#escaped[i] === 1);
+    if (c === 0x2d || isDigit(c)) return numberText(buf, start, end);
+    return c === 0x74 ? "true" : "false";
   }
 
   /**
    * The validating pass. Until it fails, every byte read is a valid JSON prefix, where its depth equals the plain
    * depth scan's count; so TooDeep here is exact, and Invalid is left to `scan` to re-check.
    */
-  private parse(buf: Uint8Array, out: (string | undefined)[], maxDepth: number): ScanResult {
-    const n = buf.length;
+  private parse(buf: Uint8Array, begin: number, n: number, maxDepth: number): ScanResult {
     const kinds = this.kinds;
-    let p = skipSpace(buf, 0, n);
+    let p = skipSpace(buf, begin, n);
     let depth = 0;
     // Active objects are the chain of depths 1..active whose keys lead along routed paths.
     let active = 0;
@@ -228,10 +264,7 @@ class FieldExtractor implements Extractor {
       const node = pending;
       pending = null;
       if (node !== null) {
-        for (const i of node.subtree) {
-          kinds[i] = FieldKind.Absent;
-          out[i] = undefined;
-        }
+        for (const i of node.subtree) kinds[i] = FieldKind.Absent;
       }
       if (p >= n) return ScanResult.Invalid;
       const c = buf[p];
@@ -265,21 +298,20 @@ class FieldExtractor implements Extractor {
         p = this.string(buf, start, n);
         if (p < 0) return ScanResult.Invalid;
         if (node !== null && node.terminals.length > 0) {
-          setScalar(node, kinds, out, decodeString(buf, start, p - 1, this.escapes !== escapes));
+          setScalar(node, this, start - 1, p);
+          for (const i of node.terminals) this.#escaped[i] = this.escapes !== escapes ? 1 : 0;
         }
       } else if (c === 0x2d || isDigit(c)) {
         const start = p;
-        p = number(buf, p);
+        p = number(buf, p, n);
         if (p < 0) return ScanResult.Invalid;
-        if (node !== null && node.terminals.length > 0) {
-          setScalar(node, kinds, out, numberText(buf, start, p));
-        }
+        if (node !== null && node.terminals.length > 0) setScalar(node, this, start, p);
       } else {
         const word = c === 0x74 ? "true" : c === 0x66 ? "false" : c === 0x6e ? "null" : undefined;
         if (word === undefined || p + word.length > n) return ScanResult.Invalid;
         for (let k = 1; k < word.length; k++) if (buf[p + k] !== word.charCodeAt(k)) return ScanResult.Invalid;
         p += word.length;
-        if (node !== null && c !== 0x6e) setScalar(node, kinds, out, word);
+        if (node !== null && c !== 0x6e) setScalar(node, this, p - word.length, p);
       }
       // After a value: separators and closers until the next value starts, or the document ends.
       for (;;) {
@@ -379,27 +411,30 @@ class FieldExtractor implements Extractor {
   }
 }
 
-/** Scans a number at p; returns the index after it, or -1 when it breaks JSON's grammar. */
-function number(buf: Uint8Array, p: number): number {
-  if (buf[p] === 0x2d) p++;
-  if (buf[p] === 0x30) p++;
-  else if (isDigit(buf[p])) p = digits(buf, p);
+/**
+ * Scans a number at p, in a record ending at n; returns the index after it, or -1 when it breaks JSON's grammar.
+ * Bytes past n are the next record's, never this number's digits.
+ */
+function number(buf: Uint8Array, p: number, n: number): number {
+  if (p < n && buf[p] === 0x2d) p++;
+  if (p < n && buf[p] === 0x30) p++;
+  else if (p < n && isDigit(buf[p])) p = digits(buf, p, n);
   else return -1;
-  if (buf[p] === 0x2e) {
-    if (!isDigit(buf[++p])) return -1;
-    p = digits(buf, p);
+  if (p < n && buf[p] === 0x2e) {
+    if (++p >= n || !isDigit(buf[p])) return -1;
+    p = digits(buf, p, n);
   }
-  if (buf[p] === 0x65 || buf[p] === 0x45) {
+  if (p < n && (buf[p] === 0x65 || buf[p] === 0x45)) {
     p++;
-    if (buf[p] === 0x2b || buf[p] === 0x2d) p++;
-    if (!isDigit(buf[p])) return -1;
-    p = digits(buf, p);
+    if (p < n && (buf[p] === 0x2b || buf[p] === 0x2d)) p++;
+    if (p >= n || !isDigit(buf[p])) return -1;
+    p = digits(buf, p, n);
   }
   return p;
 }
 
-function digits(buf: Uint8Array, p: number): number {
-  while (isDigit(buf[p])) p++;
+function digits(buf: Uint8Array, p: number, n: number): number {
+  while (p < n && isDigit(buf[p])) p++;
   return p;
 }
 

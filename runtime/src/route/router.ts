@@ -27,8 +27,12 @@ export interface RoutingStats {
 }
 
 export interface Router {
-  /** The destination key, with no leading or trailing slash; TOO_DEEP for a record nested past maxDepth. */
-  route(topic: string | undefined, value: Uint8Array): string | typeof TOO_DEEP;
+  /**
+   * The destination key of the record in value[start, end) (all of it by default), with no leading or trailing
+   * slash; TOO_DEEP for a record nested past maxDepth. Records with the same topic and the same text at the fields
+   * get the same string, not an equal one.
+   */
+  route(topic: string | undefined, value: Uint8Array, start?: number, end?: number): string | typeof TOO_DEEP;
   /** The counts since the last drain, which resets them. */
   drainStats(): RoutingStats;
 }
@@ -44,6 +48,98 @@ function isBlank(value: string): boolean {
   // Visible ASCII first: the common case, decided without a regex.
   if (first > 0x20 && first < 0x7f) return false;
   return /^\s*$/.test(value);
+}
+
+/** A key made before, by the text of the fields it was made from. */
+interface KnownKey {
+  readonly topic: string | undefined;
+  /** The fields' text, each followed by FIELD_END; an absent field is ABSENT alone. */
+  readonly text: Uint8Array;
+  readonly key: string;
+  /** Bit i set: field i took the default segment. */
+  readonly fallbacks: number;
+  next: KnownKey | undefined;
+}
+
+// Neither byte can be in a field's text: JSON forbids raw control characters in strings, numbers and literals.
+const ABSENT = 0x00;
+const FIELD_END = 0x01;
+const KNOWN_KEYS = 16_384;
+/** Fields past this many are not remembered by text (the fallback mask is an int). */
+const KNOWN_FIELDS = 30;
+
+/**
+ * Keys by the text of their fields: a record whose fields read as an earlier record's takes that record's key as it
+ * is, with no string decoded, joined or hashed. Decoding each field and joining the key cost the route lane more
+ * than the parse of the rest of the record; and the same string each time is what the caller's map hashes once.
+ */
+class KnownKeys {
+  #byHash = new Map<number, KnownKey>();
+
+  /** The key of these fields' text, or undefined the first time. */
+  find(topic: string | undefined, buf: Uint8Array, x: Extractor, hash: number): KnownKey | undefined {
+    for (let k = this.#byHash.get(hash); k !== undefined; k = k.next) {
+      if (k.topic === topic && sameText(k.text, buf, x)) return k;
+    }
+    return undefined;
+  }
+
+  remember(
+    topic: string | undefined,
+    buf: Uint8Array,
+    x: Extractor,
+    hash: number,
+    key: string,
+    fallbacks: number,
+  ): void {
+    // A full table starts again: on more destinations than it holds, the keys still in use come back on their own.
+    if (this.#byHash.size >= KNOWN_KEYS) this.#byHash = new Map();
+    let size = 0;
+    for (let i = 0; i < x.kinds.length; i++) {
+      size += x.kinds[i] === FieldKind.Scalar ? (x.ends[i] ?? 0) - (x.starts[i] ?? 0) + 1 : 1;
+    }
+    const text = new Uint8Array(size);
+    let at = 0;
+    for (let i = 0; i < x.kinds.length; i++) {
+      if (x.kinds[i] !== FieldKind.Scalar) {
+        text[at++] = ABSENT;
+        continue;
+      }
+      const start = x.starts[i] ?? 0;
+      const end = x.ends[i] ?? 0;
+      text.set(buf.subarray(start, end), at);
+      at += end - start;
+      text[at++] = FIELD_END;
+    }
+    this.#byHash.set(hash, { topic, text, key, fallbacks, next: this.#byHash.get(hash) });
+  }
+}
+
+/** FNV-1a over the fields' text as KnownKey.text lays it out. */
+function textHash(buf: Uint8Array, x: Extractor): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < x.kinds.length; i++) {
+    if (x.kinds[i] === FieldKind.Scalar) {
+      const end = x.ends[i] ?? 0;
+      for (let p = x.starts[i] ?? 0; p < end; p++) h = Math.imul(h ^ (buf[p] as number), 0x01000193);
+      h = Math.imul(h ^ FIELD_END, 0x01000193);
+    } else h = Math.imul(h ^ ABSENT, 0x01000193);
+  }
+  return h;
+}
+
+function sameText(text: Uint8Array, buf: Uint8Array, x: Extractor): boolean {
+  let at = 0;
+  for (let i = 0; i < x.kinds.length; i++) {
+    if (x.kinds[i] !== FieldKind.Scalar) {
+      if (text[at++] !== ABSENT) return false;
+      continue;
+    }
+    const end = x.ends[i] ?? 0;
+    for (let p = x.starts[i] ?? 0; p < end; p++) if (text[at++] !== buf[p]) return false;
+    if (text[at++] !== FIELD_END) return false;
+  }
+  return at === text.length;
 }
 
 class SegmentCache {
@@ -70,8 +166,8 @@ class RecordRouter implements Router {
   private readonly maxDepth: number;
   private readonly defaultSeg: string;
   private readonly extractor: Extractor;
-  private readonly values: (string | undefined)[];
   private readonly cache = new SegmentCache();
+  private readonly known = new KnownKeys();
   private lastTopic: string | undefined = undefined;
   private lastTopicSeg = "";
   private readonly fallbacks: Float64Array;
@@ -87,31 +183,41 @@ class RecordRouter implements Router {
     }
     this.defaultSeg = encodeSegment(opts.defaultSegment);
     this.extractor = compileExtractor(this.expression ? this.fields : []);
-    this.values = new Array<string | undefined>(this.fields.length).fill(undefined);
     this.fallbacks = new Float64Array(this.fields.length);
   }
 
-  route(topic: string | undefined, value: Uint8Array): string | typeof TOO_DEEP {
+  route(topic: string | undefined, value: Uint8Array, start = 0, end = value.length): string | typeof TOO_DEEP {
     const head = topic === undefined ? undefined : this.topicSegment(topic);
     if (!this.expression) return head ?? this.defaultSeg;
-    const values = this.values;
+    const x = this.extractor;
     // The depth check and the extraction share one pass, with the verdicts of a depth scan run first: past maxDepth
     // the scan stops where the limit is crossed, and nothing deeper is read.
-    const result = this.extractor.scan(value, values, this.maxDepth);
+    const result = x.scanSpans(value, start, end, this.maxDepth);
     if (result === ScanResult.TooDeep) {
       this.tooDeep++;
       return TOO_DEEP;
     }
-    if (result === ScanResult.Invalid || this.extractor.kinds.includes(FieldKind.Container)) {
+    if (result === ScanResult.Invalid || x.kinds.includes(FieldKind.Container)) {
       this.errors++;
       return head ?? this.defaultSeg;
     }
+    const remembered = this.fields.length <= KNOWN_FIELDS;
+    const hash = remembered ? textHash(value, x) : 0;
+    const known = remembered ? this.known.find(topic, value, x, hash) : undefined;
+    if (known !== undefined) {
+      for (let m = known.fallbacks, i = 0; m !== 0; m >>>= 1, i++) {
+        if ((m & 1) === 1) this.fallbacks[i] = (this.fallbacks[i] ?? 0) + 1;
+      }
+      return known.key;
+    }
     let key = head;
-    for (let i = 0; i < values.length; i++) {
-      const v = values[i];
+    let fallbacks = 0;
+    for (let i = 0; i < this.fields.length; i++) {
+      const v = x.kinds[i] === FieldKind.Scalar ? x.value(value, i) : undefined;
       let seg: string;
       if (v === undefined || isBlank(v)) {
         this.fallbacks[i] = (this.fallbacks[i] ?? 0) + 1;
+        fallbacks |= 1 << i;
         seg = this.defaultSeg;
       } else {
         seg = this.cache.encode(v);
@@ -119,6 +225,7 @@ class RecordRouter implements Router {
       key = key === undefined ? seg : key + "/" + seg;
     }
     // Fields are never empty in expression mode, so the key is set.
+    if (remembered) this.known.remember(topic, value, x, hash, key as string, fallbacks);
     return key as string;
   }
 

@@ -118,13 +118,14 @@ class Cursor {
 
 /**
  * Calls `visit` for each record at or past `fromOffset`, in order, skipping control batches and the records of
- * aborted transactions; a null value is visited as empty. Returns the records visited. Throws a permanent
- * ArchiverError on a batch that fails its CRC-32C or does not parse.
+ * aborted transactions, with its value at records[start, end) (`records` the batch's, decompressed); a null value is
+ * visited as empty. Returns the records visited. Throws a permanent ArchiverError on a batch that fails its CRC-32C
+ * or does not parse.
  */
 export function forEachRecord(
   bytes: Uint8Array,
   fromOffset: number,
-  visit: (value: Uint8Array, offset: number) => void,
+  visit: (records: Buffer, start: number, end: number, offset: number) => void,
   aborted: readonly AbortedTransaction[] = [],
 ): number {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -161,7 +162,8 @@ export function forEachRecord(
     if (transactional && abortedNow.has(producer)) continue;
     if (last < fromOffset) continue;
     const codec = attributes & COMPRESSION;
-    const records = codec === 0 ? body : inflate(codec, Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+    const raw = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+    const records = codec === 0 ? raw : inflate(codec, raw);
     const c = new Cursor(records);
     for (let i = 0; i < count; i++) {
       const length = c.varint();
@@ -175,11 +177,11 @@ export function forEachRecord(
       const valueLength = c.varint();
       const valueAt = c.p;
       c.skip(Math.max(0, valueLength));
-      const value = records.subarray(valueAt, c.p);
+      const valueEnd = c.p;
       if (c.p > end) throw malformed(`record value runs past its record in the batch at ${base}`);
       c.p = end;
       if (offset >= fromOffset) {
-        visit(value, offset);
+        visit(records, valueAt, valueEnd, offset);
         visited++;
       }
     }

@@ -106,3 +106,33 @@ test("expression mode needs a field", () => {
   assert.throws(() => expression([]), ConfigError);
   assert.equal(createRouter({ mode: "topic", fields: [], defaultSegment: "d" }).route(undefined, rec("")), "d");
 });
+
+test("a key met before is the same string, and its fallbacks are counted again on every record", () => {
+  const r = expression(["_org_id", "event_type"]);
+  const first = r.route("events", rec({ _org_id: "acme", event_type: "" }));
+  const again = r.route("events", rec({ id: 2, _org_id: "acme", nested: { event_type: "x" }, event_type: "" }));
+  assert.equal(first, "events/acme/default");
+  assert.ok(Object.is(first, again));
+  // The same text under another topic, or the same value written another way, is its own key.
+  assert.equal(r.route("audit", rec({ _org_id: "acme", event_type: "" })), "audit/acme/default");
+  assert.equal(r.route("events", Buffer.from('{"_org_id":"\\u0061cme","event_type":null}')), "events/acme/default");
+  assert.equal(r.route("events", rec({ _org_id: 1.0, event_type: true })), "events/1/true");
+  assert.equal(r.route("events", Buffer.from('{"_org_id":1e0,"event_type":"true"}')), "events/1/true");
+  assert.deepEqual(r.drainStats(), { fallbacks: new Map([["event_type", 4]]), errors: 0, tooDeep: 0 });
+});
+
+test("records within a larger buffer route as they would alone, past the table's size too", () => {
+  const r = expression(["_org_id", "n"]);
+  const alone = expression(["_org_id", "n"]);
+  const texts = Array.from({ length: 40_000 }, (_, i) => JSON.stringify({ _org_id: `org-${i % 20_000}`, n: i % 3 }));
+  // A number that ends its record is followed here by the next record's digits, as in a Kafka batch.
+  texts.push("12", "34");
+  const buf = Buffer.from(texts.join(""));
+  let at = 0;
+  for (const t of texts) {
+    const end = at + Buffer.byteLength(t);
+    assert.equal(r.route("t", buf, at, end), alone.route("t", Buffer.from(t)), t);
+    at = end;
+  }
+  assert.deepEqual(r.drainStats(), alone.drainStats());
+});

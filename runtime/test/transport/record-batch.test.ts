@@ -71,7 +71,7 @@ function records(bytes: Uint8Array, fromOffset = 0, aborted: RawFetchPartition["
   const n = forEachRecord(
     bytes,
     fromOffset,
-    (value, offset) => out.push({ value: Buffer.from(value), offset }),
+    (records, start, end, offset) => out.push({ value: Buffer.from(records.subarray(start, end)), offset }),
     aborted,
   );
   assert.equal(n, out.length, "the count returned is the records visited");
