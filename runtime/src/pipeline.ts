@@ -50,13 +50,13 @@ export interface PipelineDeps {
 
 export type PipelineExit = { code: 0 } | { code: 1; reason: string };
 
-/** A routed chunk waiting for the end of the turn to be buffered (see Pipeline #buffer). */
-interface PendingChunk {
+/** Routed chunks of one batch waiting for the end of the turn to be buffered (see Pipeline #buffer). */
+interface PendingChunks {
   readonly batch: InboundBatch;
   readonly slot: number;
   /** The partition's assignment when its batch arrived. */
   readonly assignment: number;
-  readonly chunk: RoutedChunk;
+  readonly chunks: readonly RoutedChunk[];
   readonly done: (buffered: boolean) => void;
 }
 
@@ -98,7 +98,7 @@ export class Pipeline implements TransportSink {
   #drainStartedAt: number | undefined;
   readonly #inflightCap: number;
   readonly #waiters: (() => void)[] = [];
-  readonly #pendingChunks: PendingChunk[] = [];
+  readonly #pendingChunks: PendingChunks[] = [];
   #timer: NodeJS.Timeout | undefined;
   #committing: Promise<void> | undefined;
   #commitAgain = false;
@@ -264,10 +264,21 @@ export class Pipeline implements TransportSink {
       }
       this.#countRouting(routed);
       let last = -1;
-      for (const chunk of routed.chunks) {
-        if (!(await this.#buffer({ batch, slot, assignment, chunk }))) return;
-        last = chunk.lastOffset;
-        this.#receivedUpTo(batch, slot, last, chunk.records);
+      const turnRecords = this.#cfg.kafka.batch_size * TURN_BATCHES;
+      for (let i = 0; i < routed.chunks.length;) {
+        // As many chunks as a turn takes are buffered together, with back-pressure between turns.
+        const chunks: RoutedChunk[] = [];
+        let records = 0;
+        do {
+          const chunk = routed.chunks[i++] as RoutedChunk;
+          chunks.push(chunk);
+          records += chunk.records;
+        } while (i < routed.chunks.length && records + (routed.chunks[i]?.records ?? 0) <= turnRecords);
+        if (!(await this.#buffer({ batch, slot, assignment, chunks }))) return;
+        for (const chunk of chunks) {
+          last = chunk.lastOffset;
+          this.#receivedUpTo(batch, slot, last, chunk.records);
+        }
         this.#latch.check();
         while (this.#saturated() && !this.#refusing()) await new Promise<void>((r) => this.#waiters.push(r));
       }
@@ -290,17 +301,17 @@ export class Pipeline implements TransportSink {
   }
 
   /**
-   * Buffers a chunk together with every other chunk routed by the time no batch is left on a route lane (one fetch's
+   * Buffers a batch's chunks (up to a turn's records) together with every other chunk routed by the time no batch is left on a route lane (one fetch's
    * partitions, up to TURN_BATCHES batches' records), destination by destination: with more destinations than hot
    * buffers, a buffer the LRU evicts then carries what all of those partitions had for it, not one partition's share.
    * On 1000 destinations that took the 2M-record bench from 120k flushes to 79k. Resolves false, buffering nothing,
    * once draining or once a rebalance took the partition (or handed it back from its committed offset) while the
    * batch waited: the rest of it is left to whoever reads the partition next.
    */
-  #buffer(entry: Omit<PendingChunk, "done">): Promise<boolean> {
+  #buffer(entry: Omit<PendingChunks, "done">): Promise<boolean> {
     return new Promise((done) => {
       this.#pendingChunks.push({ ...entry, done });
-      this.#pendingRecords += entry.chunk.records;
+      for (const chunk of entry.chunks) this.#pendingRecords += chunk.records;
       // A batch alone (a push listener's, one at a time) has nothing to wait for: a turn each cost its intake.
       if (this.#batchesRunning <= 1) this.#bufferPending();
       else this.#endTurnSoon();
@@ -319,18 +330,20 @@ export class Pipeline implements TransportSink {
 
   #bufferPending(): void {
     this.#pendingRecords = 0;
-    const live: PendingChunk[] = [];
-    const byKey = new Map<string | typeof TOO_DEEP, { p: PendingChunk; g: RoutedGroup }[]>();
+    const live: PendingChunks[] = [];
+    const byKey = new Map<string | typeof TOO_DEEP, { p: PendingChunks; g: RoutedGroup }[]>();
     for (const p of this.#pendingChunks.splice(0)) {
       if (this.#refusing() || this.#tracker.assignment(p.slot) !== p.assignment) {
         p.done(false);
         continue;
       }
       live.push(p);
-      for (const g of p.chunk.groups) {
-        const list = byKey.get(g.key);
-        if (list === undefined) byKey.set(g.key, [{ p, g }]);
-        else list.push({ p, g });
+      for (const chunk of p.chunks) {
+        for (const g of chunk.groups) {
+          const list = byKey.get(g.key);
+          if (list === undefined) byKey.set(g.key, [{ p, g }]);
+          else list.push({ p, g });
+        }
       }
     }
     for (const [key, list] of byKey) {

@@ -200,6 +200,11 @@ class Lanes {
   readonly #size = Math.max(1, Math.min(4, availableParallelism()));
   readonly #lanes: (Lane | undefined)[] = [];
 
+  /** How many lanes there are (started or not). */
+  get size(): number {
+    return this.#size;
+  }
+
   /**
    * A codec or route job on the least loaded lane (`arg` names the codec; 0 for a route). A route goes where the
    * fewest routes wait: counted by jobs alone, a fetch's batches all went to the lane that was not compressing a

@@ -16,7 +16,7 @@
 import { codecLanes, type LaneFailure } from "../codec/lanes.ts";
 import { ArchiverError } from "../errors.ts";
 import type { InboundBatch, InboundRecord } from "../transport/types.ts";
-import { forEachRecord, type AbortedTransaction } from "../transport/record-batch.ts";
+import { forEachRecord, splitBatches, type AbortedTransaction } from "../transport/record-batch.ts";
 import { createRouter, TOO_DEEP, type Router, type RouterOptions } from "./router.ts";
 
 /** How the lane routes: the router's options, and records per chunk (kafka.batch_size). */
@@ -366,8 +366,32 @@ export function readRouted(bytes: Uint8Array): Routed {
  */
 const LOCAL_BELOW = 64;
 
-/** Routes `batch` on the least loaded lane, or here when it is small. */
+/**
+ * Routes `batch` on the least loaded lane, or here when it is small. A fetch of more records than a chunk, from one
+ * partition, is cut at its record batches and routed on every lane at once: left alone, a partition's fetches were
+ * routed on one lane while the others idled. Not where the broker lists aborted transactions: whether a batch is
+ * aborted rests on the markers before it, which a later piece would not see.
+ */
 export async function routeBatch(spec: RouteSpec, batch: InboundBatch): Promise<Routed> {
+  const encoded = batch.encoded;
+  if (encoded !== undefined && encoded.aborted.length === 0) {
+    const pieces = splitBatches(encoded.bytes, codecLanes().size, spec.chunk);
+    if (pieces.length > 1) {
+      const parts = await Promise.all(
+        pieces.map((bytes) => routeOne(spec, { ...batch, encoded: { ...encoded, bytes } })),
+      );
+      return {
+        chunks: parts.flatMap((r) => r.chunks),
+        errors: parts.reduce((n, r) => n + r.errors, 0),
+        tooDeep: parts.reduce((n, r) => n + r.tooDeep, 0),
+        fallbacks: spec.fields.map((_, i) => parts.reduce((n, r) => n + (r.fallbacks[i] ?? 0), 0)),
+      };
+    }
+  }
+  return routeOne(spec, batch);
+}
+
+async function routeOne(spec: RouteSpec, batch: InboundBatch): Promise<Routed> {
   const block = encodeRouteBlock(spec, batch);
   if (batch.records !== undefined && batch.records.length < LOCAL_BELOW) return readRouted(routeBlock(block));
   try {

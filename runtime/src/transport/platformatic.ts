@@ -42,6 +42,8 @@ const RETRY_MS = 1000;
 const OFFSET_OUT_OF_RANGE = 1;
 const FIRST_FETCH_BYTES = 256 << 10;
 const MIN_FETCH_BYTES = 16 << 10;
+/** A fetch asks for about this many batches' records in all, shared by its partitions (see #partitionBytes). */
+const FETCH_BATCHES = 6;
 
 const SASL_MECHANISMS = {
   plain: "PLAIN",
@@ -60,6 +62,8 @@ interface PartitionState extends PartitionRef {
   delivering: boolean;
   /** Bytes on the wire per record in its last fetch (compressed batches run 5-15 times smaller); undefined before. */
   bytesPerRecord: number | undefined;
+  /** Its last fetch reached the end of the partition, so it does not share in a fetch's records (#partitionBytes). */
+  caughtUp: boolean;
 }
 
 interface Requested {
@@ -203,6 +207,7 @@ export class PlatformaticKafkaTransport implements Transport {
             epoch: 0,
             delivering: false,
             bytesPerRecord: undefined,
+            caughtUp: false,
           };
           this.#parts.set(key, st);
         }
@@ -343,6 +348,7 @@ export class PlatformaticKafkaTransport implements Transport {
     const requested = new Map<string, Requested>();
     const byTopic = new Map<string, FetchRequestTopic>();
     const topicNames = new Map<string, string>();
+    const reading = parts.filter((st) => !st.caughtUp).length;
     for (const st of parts) {
       const topicId = md.topics.get(st.topic)?.id;
       if (topicId === undefined || st.position === undefined) continue;
@@ -355,7 +361,7 @@ export class PlatformaticKafkaTransport implements Transport {
       t.partitions.push({
         partition: st.partition,
         fetchOffset: st.position,
-        partitionMaxBytes: this.#partitionBytes(st),
+        partitionMaxBytes: this.#partitionBytes(st, reading),
         currentLeaderEpoch: -1,
         lastFetchedEpoch: -1,
       });
@@ -408,13 +414,17 @@ export class PlatformaticKafkaTransport implements Transport {
   }
 
   /**
-   * A fetch of a partition asks for about batchRecords records, by its last fetch's bytes per record: sized in
-   * bytes alone, a compressed topic's fetch held ten times the records, routed and buffered as one block while the
-   * other stages waited. A first fetch asks for FIRST_FETCH_BYTES; the broker sends one whole batch at least.
+   * A fetch of a partition asks for records by its last fetch's bytes per record: batchRecords, or more when fewer
+   * than FETCH_BATCHES partitions share the fetch. Sized in bytes alone, a compressed topic's fetch held ten times
+   * the records, routed and buffered as one block while the other stages waited; sized at batchRecords each, a
+   * partition left alone (the others caught up) came batch by batch, each evicting every hot buffer for a tenth of
+   * the records and keeping one lane busy. A first fetch asks for FIRST_FETCH_BYTES; the broker sends one whole batch
+   * at least.
    */
-  #partitionBytes(st: PartitionState): number {
+  #partitionBytes(st: PartitionState, partitions: number): number {
     if (st.bytesPerRecord === undefined) return Math.min(FIRST_FETCH_BYTES, this.#opts.maxBytesPerPartition);
-    const bytes = Math.ceil(st.bytesPerRecord * this.#opts.batchRecords);
+    const records = this.#opts.batchRecords * Math.max(1, FETCH_BATCHES / partitions);
+    const bytes = Math.ceil(st.bytesPerRecord * records);
     return Math.max(MIN_FETCH_BYTES, Math.min(this.#opts.maxBytesPerPartition, bytes));
   }
 
@@ -428,6 +438,7 @@ export class PlatformaticKafkaTransport implements Transport {
         // are read again from its position.
         if (req === undefined || req.state.position !== req.offset || this.#paused.has(req.state.key)) continue;
         const { end, lastOffset } = wholeBatches(p.records);
+        req.state.caughtUp = (end === 0 ? Number(req.offset) : lastOffset + 1) >= Number(p.highWatermark);
         if (end === 0) continue;
         const from = Number(req.offset);
         // Control batches alone (transaction markers) are handed too: their offsets are received, so committed.

@@ -62,6 +62,41 @@ export function wholeBatches(bytes: Uint8Array): { readonly end: number; readonl
   return { end: p, lastOffset };
 }
 
+/**
+ * `bytes` (whole batches) cut at batch boundaries into at most `pieces` runs of about equal records, none under
+ * `minRecords` but the last: a fetch's batches of one partition, routed on several lanes at once.
+ */
+export function splitBatches(bytes: Uint8Array, pieces: number, minRecords: number): Uint8Array[] {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const ends: number[] = [];
+  const counts: number[] = [];
+  let total = 0;
+  for (let p = 0; bytes.length - p >= BATCH_HEAD;) {
+    const size = LOG_OVERHEAD + view.getInt32(p + LENGTH_AT);
+    if (size < BATCH_HEAD || bytes.length - p < size) break;
+    p += size;
+    ends.push(p);
+    const count = Math.max(0, view.getInt32(p - size + COUNT_AT));
+    counts.push(count);
+    total += count;
+  }
+  const target = Math.max(minRecords, Math.ceil(total / pieces));
+  const out: Uint8Array[] = [];
+  let start = 0;
+  let records = 0;
+  for (let i = 0; i < ends.length; i++) {
+    records += counts[i] ?? 0;
+    const end = ends[i] ?? 0;
+    if (records >= target && end < bytes.length && out.length < pieces - 1) {
+      out.push(bytes.subarray(start, end));
+      start = end;
+      records = 0;
+    }
+  }
+  out.push(bytes.subarray(start));
+  return out;
+}
+
 function malformed(message: string): ArchiverError {
   // Permanent: a fetch of the same offset returns the same bytes, so retrying cannot clear it.
   return new ArchiverError("kafka_batch_malformed", `kafka record batch malformed: ${message}`, "permanent");

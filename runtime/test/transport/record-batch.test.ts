@@ -13,7 +13,7 @@ import { kafka, kafkaTopic, need, uniqueName } from "../../../e2e/support/testbe
 import { ArchiverError } from "../../src/errors.ts";
 import { registerKafkaCodecs } from "../../src/transport/kafka-codecs.ts";
 import { rawFetch, type RawFetchPartition } from "../../src/transport/raw-fetch.ts";
-import { forEachRecord, wholeBatches, xerialBlocks } from "../../src/transport/record-batch.ts";
+import { forEachRecord, splitBatches, wholeBatches, xerialBlocks } from "../../src/transport/record-batch.ts";
 
 const { CompressionTypes } = kafkajs;
 const brokers = need("TESTBED_KAFKA_BROKERS");
@@ -235,6 +235,39 @@ test("a batch the broker cut at the fetch size: wholeBatches ends before it; rea
     Array.from({ length: 40 }, (_, i) => i),
   );
   assertMalformed(() => forEachRecord(cut, 0, () => undefined));
+});
+
+test("splitBatches: cut at batch boundaries into runs of about equal records, none under the minimum but the last", async (t) => {
+  const topic = await kafkaTopic(t, { prefix: "rb-split" });
+  await produce(topic, 100, (i) => ({ value: `record ${i}` }), 20);
+  const { records: bytes } = await fetchRaw(topic, 0);
+  const boundaries = new Set(batchesOf(bytes).map((b) => b.start));
+  const offsetsOf = (pieces: Uint8Array[]) => pieces.map((p) => records(p).map((r) => r.offset));
+  const check = (pieces: Uint8Array[]) => {
+    assert.deepEqual(Buffer.concat(pieces), Buffer.from(bytes), "the pieces are the bytes, in order");
+    let at = 0;
+    for (const piece of pieces) {
+      assert.ok(boundaries.has(at), `a piece begins at byte ${at}, not a batch's start`);
+      at += piece.length;
+    }
+  };
+  const sizes = (pieces: Uint8Array[]) => offsetsOf(pieces).map((o) => o.length);
+
+  const four = splitBatches(bytes, 4, 10);
+  check(four);
+  assert.deepEqual(sizes(four), [40, 40, 20], "a quarter is 25 records: a run ends at the batch that reaches it");
+  assert.deepEqual(
+    offsetsOf(four).flat(),
+    Array.from({ length: 100 }, (_, i) => i),
+  );
+
+  const atLeast50 = splitBatches(bytes, 4, 50);
+  check(atLeast50);
+  assert.deepEqual(sizes(atLeast50), [60, 40]);
+
+  assert.deepEqual(sizes(splitBatches(bytes, 8, 1)), [20, 20, 20, 20, 20], "no more pieces than batches");
+  assert.deepEqual(sizes(splitBatches(bytes, 1, 1)), [100]);
+  assert.deepEqual(sizes(splitBatches(bytes, 4, 1000)), [100], "fewer records than the minimum: one piece");
 });
 
 test("transactions: aborted records and control batches are skipped, the fetched range covers the markers", async (t) => {
