@@ -172,6 +172,40 @@ test("refused exactly where JSON.parse throws", () => {
   assert.equal(run(["a"], Buffer.from([0x7b, 0xff, 0x7d])), null);
 });
 
+test("a quote, backslash or control byte is found at every place in a long string, records side by side", () => {
+  // Strings are read four bytes at a time: each stop byte at each offset, and at each alignment in the buffer, with
+  // the records around it in the same buffer (a lane's batch) and nothing read past the record's end.
+  const ex = compileExtractor(["a"]);
+  const body = "abcdefghijklmnopqrstuvwxyzé0123456789";
+  for (const stop of ['"', "\\", "\\n", "\\u0041", "\u0001", "\u001f", "\n", "\\x", '\\"']) {
+    for (let at = 0; at <= body.length; at++) {
+      for (let shift = 0; shift < 4; shift++) {
+        const doc = `{"a":"${body.slice(0, at)}${stop}${body.slice(at)}"}`;
+        let expected: string | null;
+        try {
+          expected = String((JSON.parse(doc) as { a: unknown }).a);
+        } catch {
+          expected = null;
+        }
+        const before = Buffer.from(`${"x".repeat(shift)}{"b":"\\"}`);
+        const buf = Buffer.concat([before, Buffer.from(doc), Buffer.from('"}')]);
+        const got = ex.scanSpans(buf, before.length, before.length + Buffer.byteLength(doc), 64);
+        const label = JSON.stringify({ doc, shift });
+        if (expected === null) assert.equal(got, ScanResult.Invalid, label);
+        else {
+          assert.equal(got, ScanResult.Ok, label);
+          assert.equal(ex.value(buf, 0), expected, label);
+        }
+      }
+    }
+  }
+  // Cut inside the string: the quote just past the record's end belongs to the next record.
+  const cut = Buffer.from('{"a":"abcdefghijklmnop"}');
+  for (let end = 6; end < cut.length - 2; end++) {
+    assert.equal(ex.scanSpans(cut, 0, end, 64), ScanResult.Invalid, `cut at ${end}`);
+  }
+});
+
 test("deep documents are walked with a heap stack, not recursion", () => {
   const levels = 100_000;
   const deep = '{"_org_id":"acme","d":' + "[".repeat(levels) + "]".repeat(levels) + "}";
