@@ -5,7 +5,7 @@ import type { Logger } from "pino";
 import type { ConfigRead } from "../config/watch.ts";
 import type { LoadedConfig } from "../config/load.ts";
 import { idleReason, redactConfig, type ResolvedConfig } from "../config/resolve.ts";
-import { KafkaDlq } from "../dlq/kafka.ts";
+import type { KafkaDlq } from "../dlq/kafka.ts";
 import { ArchiverError } from "../errors.ts";
 import type { Health } from "../observe/health.ts";
 import type { Metrics } from "../observe/metrics.ts";
@@ -177,6 +177,8 @@ export class Supervisor {
         const store = await openStore(cfg, env, metrics, log);
         part = "transport";
         if (cfg.dlq.enabled) {
+          // Loaded only when on: its kafkajs producer takes about 0.1 s to load.
+          const { KafkaDlq } = await import("../dlq/kafka.ts");
           dlq = new KafkaDlq({
             brokers: cfg.dlq.brokers,
             topic: cfg.dlq.topic,

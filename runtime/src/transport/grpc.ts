@@ -6,18 +6,39 @@
 import {
   Metadata,
   Server,
+  ServerCredentials,
   status,
   type sendUnaryData,
-  type ServerCredentials,
   type ServerDuplexStream,
   type StatusObject,
   type ServerUnaryCall,
 } from "@grpc/grpc-js";
 import type { Logger } from "pino";
+import { readFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
-import { ArchiverError } from "../errors.ts";
+import type { ResolvedConfig } from "../config/resolve.ts";
+import { ArchiverError, ConfigError } from "../errors.ts";
 import { pushService, PUSHBACK_TRAILER, type PushRequest, type PushResponse } from "./push-proto.ts";
 import type { InboundRecord, RecordsBatch, Transport, TransportSink } from "./types.ts";
+
+/** Plaintext unless grpc.tls names a certificate; with ca_path a client must present a certificate it signed. */
+export function grpcCredentials(tls: ResolvedConfig["grpc"]["tls"]): ServerCredentials {
+  if (tls.cert_path === undefined || tls.key_path === undefined) return ServerCredentials.createInsecure();
+  const pair = {
+    cert_chain: readPem("grpc.tls.cert_path", tls.cert_path),
+    private_key: readPem("grpc.tls.key_path", tls.key_path),
+  };
+  const ca = tls.ca_path === undefined ? null : readPem("grpc.tls.ca_path", tls.ca_path);
+  return ServerCredentials.createSsl(ca, [pair], ca !== null);
+}
+
+function readPem(key: string, path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (err) {
+    throw new ConfigError(key, `cannot read ${path} (${(err as Error).message}): point it at a readable PEM file`);
+  }
+}
 
 /** The latch re-reads its sources about once a second: sooner than that a paused listener is still paused. */
 export const PAUSED_PUSHBACK_MS = 1000;

@@ -1,15 +1,12 @@
 // Builds the configured Transport (a Kafka consumer or the gRPC Push listener), and the Kafka auth options the
 // consumer and the DLQ producer share.
 import { readFileSync } from "node:fs";
-import { ServerCredentials } from "@grpc/grpc-js";
 import type { Logger } from "pino";
 import type { ResolvedConfig } from "../config/resolve.ts";
 import { ConfigError } from "../errors.ts";
 import type { Metrics } from "../observe/metrics.ts";
 import type { MemoryLimit } from "../regulate/memory.ts";
 import { discoveryRules } from "./discovery.ts";
-import { GrpcTransport } from "./grpc.ts";
-import { KafkaTransport } from "./kafka.ts";
 import type { KafkaTransportOptions, Transport } from "./types.ts";
 
 /** SASL and TLS options of the kafka section, shared by the consumer and the DLQ producer. */
@@ -38,9 +35,11 @@ async function kafkaTransport(
 ): Promise<Transport> {
   const k = cfg.kafka;
   const { sasl, ssl } = kafkaAuth(k);
-  // Loaded only when chosen: @platformatic/kafka takes about 0.3 s to load.
+  // Loaded only when chosen: @platformatic/kafka takes about 0.3 s to load, kafkajs about 0.1 s.
   const Client =
-    k.client === "platformatic" ? (await import("./platformatic.ts")).PlatformaticKafkaTransport : KafkaTransport;
+    k.client === "platformatic"
+      ? (await import("./platformatic.ts")).PlatformaticKafkaTransport
+      : (await import("./kafka.ts")).KafkaTransport;
   return new Client({
     brokers: k.brokers,
     clientId: k.client_id,
@@ -69,26 +68,7 @@ export function fetchBytes(batchSize: number, limitBytes: number): { maxBytes: n
   return { maxBytes, maxBytesPerPartition: Math.max(256 << 10, Math.min(batchSize * 1024, Math.floor(maxBytes / 4))) };
 }
 
-function readPem(key: string, path: string): Buffer {
-  try {
-    return readFileSync(path);
-  } catch (err) {
-    throw new ConfigError(key, `cannot read ${path} (${(err as Error).message}): point it at a readable PEM file`);
-  }
-}
-
-/** Plaintext unless grpc.tls names a certificate; with ca_path a client must present a certificate it signed. */
-export function grpcCredentials(tls: ResolvedConfig["grpc"]["tls"]): ServerCredentials {
-  if (tls.cert_path === undefined || tls.key_path === undefined) return ServerCredentials.createInsecure();
-  const pair = {
-    cert_chain: readPem("grpc.tls.cert_path", tls.cert_path),
-    private_key: readPem("grpc.tls.key_path", tls.key_path),
-  };
-  const ca = tls.ca_path === undefined ? null : readPem("grpc.tls.ca_path", tls.ca_path);
-  return ServerCredentials.createSsl(ca, [pair], ca !== null);
-}
-
-function grpcTransport(cfg: ResolvedConfig, log: Logger): Transport {
+async function grpcTransport(cfg: ResolvedConfig, log: Logger): Promise<Transport> {
   const g = cfg.grpc;
   if (g.listen === undefined) {
     throw new ConfigError(
@@ -96,6 +76,8 @@ function grpcTransport(cfg: ResolvedConfig, log: Logger): Transport {
       "is required when transport is grpc; set it or DFE_ARCHIVER_GRPC_LISTEN to host:port",
     );
   }
+  // Loaded only when chosen: gRPC and its proto loader take about 0.15 s to load.
+  const { GrpcTransport, grpcCredentials } = await import("./grpc.ts");
   return new GrpcTransport({
     listen: g.listen,
     credentials: grpcCredentials(g.tls),

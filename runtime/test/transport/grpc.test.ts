@@ -6,8 +6,7 @@ import assert from "node:assert/strict";
 import { status, type ServiceError } from "@grpc/grpc-js";
 import { pino } from "pino";
 import { freePort, waitFor } from "../../../e2e/support/archiver.ts";
-import { grpcCredentials } from "../../src/transport/open.ts";
-import { FULL_PUSHBACK_MS, GrpcTransport, PAUSED_PUSHBACK_MS } from "../../src/transport/grpc.ts";
+import { FULL_PUSHBACK_MS, GrpcTransport, grpcCredentials, PAUSED_PUSHBACK_MS } from "../../src/transport/grpc.ts";
 import {
   connectPush,
   pushbackMs,
