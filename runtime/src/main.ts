@@ -26,7 +26,7 @@ async function run(argv: string[]): Promise<number> {
     { Supervisor },
     { Health },
     { startObserveServer },
-    { createLogger },
+    { createLogger, logProcessWarnings },
     { createMetrics },
     { startStatusReporter },
   ] = await Promise.all([
@@ -38,6 +38,7 @@ async function run(argv: string[]): Promise<number> {
     import("./observe/report.ts"),
   ]);
   const log = createLogger(cfg.logger.level, cfg.logger.format);
+  logProcessWarnings(log);
   if (unsized !== undefined) log.warn(unsized);
   for (const w of loaded.warnings) log.warn(w);
   log.info({ file: loaded.file }, "config read");
