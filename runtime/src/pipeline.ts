@@ -301,12 +301,12 @@ export class Pipeline implements TransportSink {
   }
 
   /**
-   * Buffers a batch's chunks (up to a turn's records) together with every other chunk routed by the time no batch is left on a route lane (one fetch's
-   * partitions, up to TURN_BATCHES batches' records), destination by destination: with more destinations than hot
-   * buffers, a buffer the LRU evicts then carries what all of those partitions had for it, not one partition's share.
-   * On 1000 destinations that took the 2M-record bench from 120k flushes to 79k. Resolves false, buffering nothing,
-   * once draining or once a rebalance took the partition (or handed it back from its committed offset) while the
-   * batch waited: the rest of it is left to whoever reads the partition next.
+   * Buffers a batch's chunks (up to a turn's records) together with every other chunk routed by the time no batch is
+   * left on a route lane (one fetch's partitions, up to TURN_BATCHES batches' records), destination by destination:
+   * with more destinations than hot buffers, a buffer the LRU evicts then carries what all of those partitions had
+   * for it, not one partition's share. On 1000 destinations that took the 2M-record bench from 120k flushes to 79k.
+   * Resolves false, buffering nothing, once draining or once a rebalance took the partition (or handed it back from
+   * its committed offset) while the batch waited: the rest of it is left to whoever reads the partition next.
    */
   #buffer(entry: Omit<PendingChunks, "done">): Promise<boolean> {
     return new Promise((done) => {

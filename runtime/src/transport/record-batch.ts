@@ -48,16 +48,21 @@ const TRANSACTIONAL = 0x10;
 const CONTROL = 0x20;
 const ABORT_MARKER = 0;
 
+/** The length of the whole batch at `p`, or 0 where none is: too few bytes left, or one the broker cut. */
+function wholeBatchAt(view: DataView, p: number): number {
+  const left = view.byteLength - p;
+  if (left < BATCH_HEAD) return 0;
+  const size = LOG_OVERHEAD + view.getInt32(p + LENGTH_AT);
+  return size < BATCH_HEAD || left < size ? 0 : size;
+}
+
 /** Whole batches at the start of `bytes`: the broker may cut the last one at the fetch size. */
 export function wholeBatches(bytes: Uint8Array): { readonly end: number; readonly lastOffset: number } {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let p = 0;
   let lastOffset = -1;
-  while (bytes.length - p >= BATCH_HEAD) {
-    const size = LOG_OVERHEAD + view.getInt32(p + LENGTH_AT);
-    if (size < BATCH_HEAD || bytes.length - p < size) break;
+  for (let size; (size = wholeBatchAt(view, p)) > 0; p += size) {
     lastOffset = Number(view.getBigInt64(p)) + view.getInt32(p + LAST_DELTA_AT);
-    p += size;
   }
   return { end: p, lastOffset };
 }
@@ -68,28 +73,19 @@ export function wholeBatches(bytes: Uint8Array): { readonly end: number; readonl
  */
 export function splitBatches(bytes: Uint8Array, pieces: number, minRecords: number): Uint8Array[] {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const ends: number[] = [];
-  const counts: number[] = [];
+  const countAt = (p: number) => Math.max(0, view.getInt32(p + COUNT_AT));
   let total = 0;
-  for (let p = 0; bytes.length - p >= BATCH_HEAD;) {
-    const size = LOG_OVERHEAD + view.getInt32(p + LENGTH_AT);
-    if (size < BATCH_HEAD || bytes.length - p < size) break;
-    p += size;
-    ends.push(p);
-    const count = Math.max(0, view.getInt32(p - size + COUNT_AT));
-    counts.push(count);
-    total += count;
-  }
+  for (let p = 0, size; (size = wholeBatchAt(view, p)) > 0; p += size) total += countAt(p);
   const target = Math.max(minRecords, Math.ceil(total / pieces));
   const out: Uint8Array[] = [];
   let start = 0;
   let records = 0;
-  for (let i = 0; i < ends.length; i++) {
-    records += counts[i] ?? 0;
-    const end = ends[i] ?? 0;
-    if (records >= target && end < bytes.length && out.length < pieces - 1) {
-      out.push(bytes.subarray(start, end));
-      start = end;
+  for (let p = 0, size; (size = wholeBatchAt(view, p)) > 0;) {
+    records += countAt(p);
+    p += size;
+    if (records >= target && p < bytes.length && out.length < pieces - 1) {
+      out.push(bytes.subarray(start, p));
+      start = p;
       records = 0;
     }
   }
