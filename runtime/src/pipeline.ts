@@ -7,6 +7,7 @@ import { createRouter, TOO_DEEP } from "./route/router.ts";
 import { routeBatch, type RouteSpec, type Routed, type RoutedChunk, type RoutedGroup } from "./route/block.ts";
 import { HotBufferPool, type FlushBatch } from "./buffer/hot.ts";
 import { createCodec, readBlocks, type Codec } from "./codec/index.ts";
+import { codecLanes } from "./codec/lanes.ts";
 import type { DeadLetter, KafkaDlq } from "./dlq/kafka.ts";
 import { createWriterPool, type CompletedFile, type WriterPool } from "./archive/writers.ts";
 import { parsePathTemplate } from "./archive/path.ts";
@@ -232,6 +233,7 @@ export class Pipeline implements TransportSink {
   async start(): Promise<void> {
     this.#timer = setInterval(() => this.#tick(), TICK_MS);
     this.#timer.unref();
+    codecLanes().start();
     await this.#transport.start(this);
   }
 

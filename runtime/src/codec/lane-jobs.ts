@@ -1,0 +1,277 @@
+// One codec lane (see lanes.ts; its thread starts in lane-worker.ts): works through each batch's jobs in order, on this thread, and answers the batch in
+// one message. Codec contexts live as long as the lane: a zstd frame of a few kilobytes took 35 µs through a fresh
+// one-shot context (its tables sized and cleared each time) and 9 µs through a reused one, as fast as `zstd -b`.
+
+import { writeSync } from "node:fs";
+import { parentPort } from "node:worker_threads";
+import zlib from "node:zlib";
+import { compressFrameSync, decompressFrameSync } from "lz4-napi";
+import { Compressor, Decompressor } from "snappy";
+import { ArchiverError } from "../errors.ts";
+import { routeBlock } from "../route/block.ts";
+import { CODEC_NAMES } from "./index.ts";
+import { alignOutput, JOB_FIELDS, LANE_OPS, type LaneBatch, type LaneFailure, type LaneReply } from "./lanes.ts";
+
+const port = parentPort;
+if (port === null) throw new Error("lane-jobs.ts runs only in a worker thread of the codec lanes");
+
+// The content checksum (xxHash32 of the flush) is what lets `lz4 -d` and read-back detect a corrupt file.
+const LZ4_FRAME = { contentChecksum: true };
+// The stream identifier chunk alone is a valid, empty framed stream; the package writes nothing for an empty input.
+const SNAPPY_EMPTY = Buffer.from([0xff, 0x06, 0x00, 0x00, 0x73, 0x4e, 0x61, 0x50, 0x70, 0x59]);
+
+/** The parts of a node:zlib stream that its own synchronous calls drive; present on every zlib stream. */
+interface ZlibInternals {
+  readonly _handle?: {
+    writeSync(
+      flush: number,
+      input: Uint8Array,
+      inOff: number,
+      inLen: number,
+      out: Uint8Array,
+      outOff: number,
+      outLen: number,
+    ): void;
+  } | null;
+  readonly _writeState?: Uint32Array;
+}
+
+/**
+ * zstd frames from one long-lived node:zlib context. Ending each input with ZSTD_e_end closes a complete standalone
+ * frame (header with the checksum flag, blocks, XXH64 checksum), and the next input starts the next frame on the same
+ * context, sized to that input as a one-shot call would be. node:zlib's one-shot calls build a new context each
+ * time, and its stream API ends a frame only asynchronously, so the frame is driven through the stream's handle,
+ * exactly as node:zlib's own synchronous calls drive it.
+ */
+class ZstdFrames {
+  readonly #stream: zlib.ZstdCompress;
+  readonly #handle: NonNullable<ZlibInternals["_handle"]>;
+  readonly #state: Uint32Array;
+  #error: Error | undefined;
+
+  private constructor(stream: zlib.ZstdCompress, internals: Required<ZlibInternals>) {
+    this.#stream = stream;
+    if (internals._handle === null) throw new Error("zstd context without a handle");
+    this.#handle = internals._handle;
+    this.#state = internals._writeState;
+    stream.on("error", (err) => (this.#error = err));
+  }
+
+  /** A reused context for `level`, or undefined when this node:zlib does not expose its handle as expected. */
+  static open(level: number): ZstdFrames | undefined {
+    const stream = zlib.createZstdCompress({ params: zstdParams(level) });
+    const internals = stream as unknown as ZlibInternals;
+    if (typeof internals._handle?.writeSync !== "function" || !(internals._writeState instanceof Uint32Array)) {
+      stream.destroy();
+      return undefined;
+    }
+    return new ZstdFrames(stream, { _handle: internals._handle, _writeState: internals._writeState });
+  }
+
+  get broken(): boolean {
+    return this.#error !== undefined;
+  }
+
+  /** One frame of `input`, appended to `out` (which grows as needed); returns its length. */
+  frame(input: Uint8Array, out: Output): number {
+    const start = out.end;
+    let inOff = 0;
+    for (;;) {
+      // Room for the whole frame at once (zstd's compress bound), so one call is the rule.
+      const room = out.reserve(input.length - inOff + ((input.length - inOff) >> 7) + 512);
+      this.#handle.writeSync(zlib.constants.ZSTD_e_end, input, inOff, input.length - inOff, out.bytes, out.end, room);
+      if (this.#error !== undefined) throw this.#error;
+      const [availOut = 0, availIn = 0] = this.#state;
+      out.end += room - availOut;
+      inOff = input.length - availIn;
+      // Output left over means zstd ended the frame; a full output means it has more to give.
+      if (availOut > 0) return out.end - start;
+    }
+  }
+
+  close(): void {
+    this.#stream.destroy();
+  }
+}
+
+const zstdParams = (level: number) => ({
+  [zlib.constants.ZSTD_c_compressionLevel]: level,
+  [zlib.constants.ZSTD_c_checksumFlag]: 1,
+});
+
+/** A batch's outputs, end to end in one buffer that grows and is kept across batches (see run). */
+class Output {
+  bytes: Uint8Array<ArrayBuffer> = new Uint8Array(1 << 16);
+  end = 0;
+
+  /** Makes room for `n` more bytes; returns `n`. */
+  reserve(n: number): number {
+    if (this.end + n > this.bytes.length) {
+      const grown = new Uint8Array(Math.max(this.bytes.length * 2, this.end + n));
+      grown.set(this.bytes.subarray(0, this.end));
+      this.bytes = grown;
+    }
+    return n;
+  }
+
+  push(chunk: Uint8Array): number {
+    this.reserve(chunk.length);
+    this.bytes.set(chunk, this.end);
+    this.end += chunk.length;
+    return chunk.length;
+  }
+}
+
+const zstdContexts = new Map<number, ZstdFrames | undefined>();
+
+function zstdFrame(level: number, input: Buffer, out: Output): number {
+  let frames = zstdContexts.get(level);
+  if (frames === undefined && !zstdContexts.has(level)) zstdContexts.set(level, (frames = ZstdFrames.open(level)));
+  if (frames === undefined) {
+    return out.push(zlib.zstdCompressSync(input, { pledgedSrcSize: input.length, params: zstdParams(level) }));
+  }
+  try {
+    return frames.frame(input, out);
+  } finally {
+    // A context that failed mid-frame is left half way through it: the next frame gets a fresh one.
+    if (frames.broken) {
+      frames.close();
+      zstdContexts.delete(level);
+    }
+  }
+}
+
+async function compress(codec: number, input: Buffer, out: Output): Promise<number> {
+  const level = codec & 31;
+  switch (CODEC_NAMES[codec >> 5]) {
+    case "zstd":
+      return zstdFrame(level, input, out);
+    case "gzip":
+      return out.push(zlib.gzipSync(input, { level }));
+    case "lz4":
+      return out.push(compressFrameSync(input, LZ4_FRAME));
+    case "snappy":
+      if (input.length === 0) return out.push(SNAPPY_EMPTY);
+      return snappy(new Compressor(), input, out);
+    default:
+      throw new Error(`unknown codec id ${codec}`);
+  }
+}
+
+async function decompress(codec: number, input: Buffer, out: Output): Promise<number> {
+  switch (CODEC_NAMES[codec >> 5]) {
+    case "zstd":
+      return out.push(zlib.zstdDecompressSync(input));
+    case "gzip":
+      return out.push(zlib.gunzipSync(input));
+    case "lz4":
+      return out.push(decompressFrameSync(input));
+    case "snappy":
+      return snappy(new Decompressor(), input, out);
+    default:
+      throw new Error(`unknown codec id ${codec}`);
+  }
+}
+
+async function snappy(stream: Compressor | Decompressor, input: Buffer, out: Output): Promise<number> {
+  return out.push(stream.update(input)) + out.push(await stream.finish());
+}
+
+/** Writes all of `frame` at the end of `fd`, through short writes; a failure says how much reached the file. */
+function append(fd: number, frame: Buffer): void {
+  let written = 0;
+  try {
+    while (written < frame.length) written += writeSync(fd, frame, written, frame.length - written);
+  } catch (err) {
+    const code = typeof err === "object" && err !== null && "code" in err ? String(err.code) : undefined;
+    throw {
+      kind: "fs",
+      code,
+      message: err instanceof Error ? err.message : String(err),
+      written,
+    } satisfies LaneFailure;
+  }
+}
+
+/** Compresses into `out`, appends the frame to `fd`, and leaves in `out` only the frame's length (u32). */
+async function compressAppend(codec: number, fd: number, input: Buffer, out: Output): Promise<number> {
+  const start = out.end;
+  let length: number;
+  try {
+    length = await compress(codec, input, out);
+  } catch (err) {
+    // The codec refusing is the batch's fault, as for a compress job; the write below is the file's.
+    throw { kind: "refused", message: err instanceof Error ? err.message : String(err) } satisfies LaneFailure;
+  }
+  out.end = start;
+  append(fd, Buffer.from(out.bytes.buffer, out.bytes.byteOffset + start, length));
+  out.reserve(4);
+  new DataView(out.bytes.buffer, out.bytes.byteOffset).setUint32(out.end, length, true);
+  out.end += 4;
+  return 4;
+}
+
+const isFailure = (err: unknown): err is LaneFailure => typeof err === "object" && err !== null && "kind" in err;
+
+// Kept across batches: a flush's frame is written here and then to its file, and a batch grown afresh each time
+// faulted in and copied its output at every doubling.
+const out = new Output();
+
+async function run(batch: LaneBatch): Promise<LaneReply> {
+  const data = Buffer.from(batch.data);
+  const jobs = batch.jobs;
+  const count = jobs.length / JOB_FIELDS;
+  const lengths = new Int32Array(count);
+  const failures: Record<number, LaneFailure> = {};
+  const owned: Record<number, ArrayBuffer> = {};
+  out.end = 0;
+  for (let i = 0, at = 0; i < count; i++, at += JOB_FIELDS) {
+    const op = LANE_OPS[jobs[at] ?? -1];
+    const arg = jobs[at + 1] ?? 0;
+    const fd = jobs[at + 2] ?? -1;
+    const source = jobs[at + 3] ?? -1;
+    const offset = jobs[at + 4] ?? 0;
+    const length = jobs[at + 5] ?? 0;
+    const sab = batch.shared[source];
+    const input = sab === undefined ? data.subarray(offset, offset + length) : Buffer.from(sab, offset, length);
+    // Each output starts 8-aligned, so a route reply's arrays read as typed views (see lanes.ts #settle).
+    out.end = alignOutput(out.end);
+    const start = out.end;
+    try {
+      if (op === "append") append(fd, input);
+      else if (op === "compressAppend") lengths[i] = await compressAppend(arg, fd, input, out);
+      else if (op === "compress") lengths[i] = await compress(arg, input, out);
+      else if (op === "decompress") lengths[i] = await decompress(arg, input, out);
+      else if (op === "route") {
+        // A reply of its own, exactly its size, moved as it is: a batch's routed records, megabytes, copied nowhere.
+        const reply = routeBlock(input);
+        owned[i] = reply.buffer;
+        lengths[i] = reply.length;
+      } else throw new Error(`unknown lane op ${jobs[at]}`);
+    } catch (err) {
+      // Whatever a failed job wrote is dropped: the caller places each output by the lengths alone.
+      out.end = start;
+      lengths[i] = -1;
+      const message = err instanceof Error ? err.message : String(err);
+      if (err instanceof ArchiverError) {
+        failures[i] = { kind: "archiver", code: err.code, message, retryable: err.retryable };
+      } else failures[i] = isFailure(err) ? err : { kind: op === "decompress" ? "corrupt" : "refused", message };
+    }
+  }
+  // A buffer of just the outputs, so what the caller keeps of it holds no slack.
+  return { id: batch.id, lengths, data: out.bytes.slice(0, out.end).buffer, owned, failures };
+}
+
+// Batches run one after another, snappy's awaits included, so appends to one descriptor keep their order.
+let tail = Promise.resolve();
+port.on("message", (batch: LaneBatch) => {
+  tail = tail
+    .then(() => run(batch))
+    .then((reply) => port.postMessage(reply, [reply.data, reply.lengths.buffer, ...Object.values(reply.owned)]))
+    // Not a job's failure (each is answered in its reply): the lane ends, and its jobs are retried on a fresh one.
+    .catch((err: unknown) =>
+      process.nextTick(() => {
+        throw err;
+      }),
+    );
+});
