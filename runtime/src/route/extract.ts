@@ -389,16 +389,15 @@ class FieldExtractor implements Extractor {
     }
     const view = this.view;
     for (;;) {
-      // Four bytes at a time while none is a quote, a backslash or under 0x20 (the bit tricks for "a byte is zero" and
-      // "a byte is under n"; bytes from 0x80 up never match): string bodies are most of a record's bytes, and this
-      // took the scan of the bench's 680-byte records from 1.1 to 0.8 us.
-      while (p + 4 <= n) {
-        const x = view.getUint32(p, true);
-        const q = x ^ 0x22222222;
-        const b = x ^ 0x5c5c5c5c;
-        if ((((x - 0x20202020) | (q - 0x01010101) | (b - 0x01010101)) & ~x & 0x80808080) !== 0) break;
-        p += 4;
+      // Eight, then four bytes at a time while none is a quote, a backslash or under 0x20 (the bit tricks for "a byte
+      // is zero" and "a byte is under n"; bytes from 0x80 up never match): string bodies are most of a record's bytes.
+      // Four at a time took the scan of the bench's 680-byte records from 1.1 to 0.8 us; eight, a 400-byte body from
+      // 0.76 to 0.56 ns a byte.
+      while (p + 8 <= n) {
+        if (((stopBytes(view.getUint32(p, true)) | stopBytes(view.getUint32(p + 4, true))) & 0x80808080) !== 0) break;
+        p += 8;
       }
+      while (p + 4 <= n && (stopBytes(view.getUint32(p, true)) & 0x80808080) === 0) p += 4;
       if (p >= n) return -1;
       const c = buf[p++] as number;
       if (c === QUOTE) return p;
@@ -427,6 +426,11 @@ class FieldExtractor implements Extractor {
     bigger.set(this.stack);
     this.stack = bigger;
   }
+}
+
+/** Of the four bytes in `x`, the high bit set for each that is a quote, a backslash or under 0x20 (and maybe more). */
+function stopBytes(x: number): number {
+  return ((x - 0x20202020) | ((x ^ 0x22222222) - 0x01010101) | ((x ^ 0x5c5c5c5c) - 0x01010101)) & ~x;
 }
 
 /**
