@@ -390,14 +390,25 @@ class FieldExtractor implements Extractor {
     const view = this.view;
     for (;;) {
       // Eight, then four bytes at a time while none is a quote, a backslash or under 0x20 (the bit tricks for "a byte
-      // is zero" and "a byte is under n"; bytes from 0x80 up never match): string bodies are most of a record's bytes.
-      // Four at a time took the scan of the bench's 680-byte records from 1.1 to 0.8 us; eight, a 400-byte body from
-      // 0.76 to 0.56 ns a byte.
+      // is zero" and "a byte is under n"; bytes from 0x80 up never match), then straight to the first that is: a
+      // borrow only flags bytes above a true match, so the lowest flag is exact (landing short of it would only
+      // rescan). String bodies are most of a record's bytes: four at a time took the scan of the bench's 680-byte
+      // records from 1.1 to 0.8 us, eight a 400-byte body from 0.76 to 0.56 ns a byte, and the jump, which spares the
+      // byte-wise walk to the closing quote of every short key and value, the bench's records from 2.2 to 1.6 us.
+      let flags = 0;
       while (p + 8 <= n) {
-        if (((stopBytes(view.getUint32(p, true)) | stopBytes(view.getUint32(p + 4, true))) & 0x80808080) !== 0) break;
-        p += 8;
+        flags = stopBytes(view.getUint32(p, true));
+        if (flags !== 0) break;
+        flags = stopBytes(view.getUint32(p + 4, true));
+        p += 4;
+        if (flags !== 0) break;
+        p += 4;
       }
-      while (p + 4 <= n && (stopBytes(view.getUint32(p, true)) & 0x80808080) === 0) p += 4;
+      if (flags === 0 && p + 4 <= n) {
+        flags = stopBytes(view.getUint32(p, true));
+        if (flags === 0) p += 4;
+      }
+      if (flags !== 0) p += (31 - Math.clz32(flags & -flags)) >> 3;
       if (p >= n) return -1;
       const c = buf[p++] as number;
       if (c === QUOTE) return p;
@@ -428,9 +439,12 @@ class FieldExtractor implements Extractor {
   }
 }
 
-/** Of the four bytes in `x`, the high bit set for each that is a quote, a backslash or under 0x20 (and maybe more). */
+/**
+ * Of the four bytes in `x` (little-endian), the high bit set for each that is a quote, a backslash or under 0x20, and
+ * maybe for bytes above such a one (a borrow), never below: 0 when none is.
+ */
 function stopBytes(x: number): number {
-  return ((x - 0x20202020) | ((x ^ 0x22222222) - 0x01010101) | ((x ^ 0x5c5c5c5c) - 0x01010101)) & ~x;
+  return ((x - 0x20202020) | ((x ^ 0x22222222) - 0x01010101) | ((x ^ 0x5c5c5c5c) - 0x01010101)) & ~x & 0x80808080;
 }
 
 /**
