@@ -112,6 +112,9 @@ class Lane {
   constructor(onGone: (lane: Lane, why: string) => void) {
     this.worker = new Worker(WORKER_URL);
     this.worker.unref();
+    // An unref made before the thread is online does not hold: a lane started ahead of its first job (Lanes.start)
+    // and idle since kept the process from exiting.
+    this.worker.once("online", () => this.load === 0 && this.worker.unref());
     let why = "exited";
     this.worker.on("message", (reply: LaneReply) => this.#settle(reply));
     this.worker.on("error", (err) => (why = err.message));

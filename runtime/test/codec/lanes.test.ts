@@ -111,3 +111,14 @@ test("a compressed append that the disk refuses fails as a write (ENOSPC, nothin
     closeSync(fd);
   }
 });
+
+test("lanes started ahead of any job leave the process free to exit, idle or after a job", () => {
+  const lanesTs = new URL("../../src/codec/lanes.ts", import.meta.url).href;
+  for (const job of ["", `await codecLanes().run("compress", 0, new Uint8Array(8));`]) {
+    const script = join(dir, "start-lanes.mjs");
+    writeFileSync(script, `import { codecLanes } from ${JSON.stringify(lanesTs)};\ncodecLanes().start();\n${job}\n`);
+    const r = spawnSync(process.execPath, [script], { timeout: 20_000 });
+    assert.equal(r.error, undefined, `the process did not exit (job: ${job || "none"})`);
+    assert.equal(r.status, 0, r.stderr.toString());
+  }
+});
