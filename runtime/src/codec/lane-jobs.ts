@@ -1,6 +1,7 @@
-// One codec lane (see lanes.ts; its thread starts in lane-worker.ts): works through each batch's jobs in order, on this thread, and answers the batch in
-// one message. Codec contexts live as long as the lane: a zstd frame of a few kilobytes took 35 µs through a fresh
-// one-shot context (its tables sized and cleared each time) and 9 µs through a reused one, as fast as `zstd -b`.
+// One codec lane's jobs (see lanes.ts; its thread starts in lane-worker.ts): works through each batch's jobs in order,
+// on this thread, and answers the batch in one message. Codec contexts live as long as the lane: a zstd frame of a few
+// kilobytes took 35 µs through a fresh one-shot context (its tables sized and cleared each time) and 9 µs through a
+// reused one, as fast as `zstd -b`.
 
 import { writeSync } from "node:fs";
 import { parentPort } from "node:worker_threads";
