@@ -1,6 +1,7 @@
 // Regenerates the checked-in text that has a source of truth elsewhere: README.md's generated blocks (the config
 // table, from the schema; the ArchivePipeline fields, from the CRD; the metrics table, from the runtime's registry),
-// and the ArchivePipeline CRD, from the schema and operator/src/api/, with its copies in the Helm chart and kustomize.
+// the ArchivePipeline CRD, from the schema and operator/src/api/, with its copies in the Helm chart and kustomize;
+// and the route scan's WebAssembly module, from runtime/src/route/scan.wat (scripts/scan-module.ts).
 // Usage: node_modules/.bin/node scripts/generate.ts [README path] [CRD path]
 //   (defaults: README.md at the repo root, and the CRD at crds/<name>.yaml in the README's directory; the copies are
 //   written only with the defaults)
@@ -10,6 +11,7 @@ import { CONFIG_TABLE, spliceBlock } from "../runtime/src/config/docs.ts";
 import { METRICS_TABLE } from "../runtime/src/observe/docs.ts";
 import { CRD_COPIES, CRD_FILE, crdYaml } from "../operator/src/api/crd.ts";
 import { CR_FIELDS } from "../operator/src/api/docs.ts";
+import { SCAN_MODULE_FILE, scanModuleText } from "./scan-module.ts";
 
 const readmePath = resolve(process.argv[2] ?? resolve(import.meta.dirname, "..", "README.md"));
 if (!existsSync(readmePath)) {
@@ -50,4 +52,12 @@ for (const crdPath of crdPaths) {
     writeFileSync(crdPath, crd);
   }
   process.stdout.write(`generate: ${crdPath} ${current ? "already current" : "rewritten"}\n`);
+}
+
+// The route scan's module belongs to the sources, not to a README's directory: written only with the defaults.
+if (process.argv[2] === undefined) {
+  const scanModule = await scanModuleText();
+  const scanCurrent = existsSync(SCAN_MODULE_FILE) && readFileSync(SCAN_MODULE_FILE, "utf8") === scanModule;
+  if (!scanCurrent) writeFileSync(SCAN_MODULE_FILE, scanModule);
+  process.stdout.write(`generate: ${SCAN_MODULE_FILE} ${scanCurrent ? "already current" : "rewritten"}\n`);
 }

@@ -7,6 +7,7 @@
 
 import { ConfigError } from "../errors.ts";
 import { nestingDepthExceeds } from "./depth.ts";
+import { WASM_MAX_KEY_BYTES, WASM_MAX_KEYS, WasmScanner, WasmVerdict } from "./scan-wasm.ts";
 
 /** What the last scan found at a path: `out[i]` holds a value only for Scalar. */
 export const FieldKind = {
@@ -23,6 +24,8 @@ export const ScanResult = { Ok: 0, Invalid: 1, TooDeep: 2 } as const;
 export type ScanResult = (typeof ScanResult)[keyof typeof ScanResult];
 
 export interface Extractor {
+  /** Which scan reads the records: WebAssembly for top-level plain keys, else JavaScript. */
+  readonly engine: "wasm" | "js";
   readonly paths: readonly string[];
   /** Per path, the FieldKind found by the last scan that returned Ok; reused, not copied. */
   readonly kinds: Uint8Array;
@@ -146,6 +149,35 @@ function decodeString(buf: Uint8Array, start: number, end: number, escaped: bool
   return out;
 }
 
+/** The text of a scalar at buf[start, end) (a string with its quotes) as String(JSON.parse(...)) gives it. */
+function spanValue(buf: Uint8Array, start: number, end: number, escaped: boolean): string {
+  const c = buf[start];
+  if (c === QUOTE) return decodeString(buf, start + 1, end - 1, escaped);
+  if (c === 0x2d || isDigit(c)) return numberText(buf, start, end);
+  return c === 0x74 ? "true" : "false";
+}
+
+/** Extractor.scan by way of scanSpans and value. */
+function scanValues(x: Extractor, buf: Uint8Array, out: (string | undefined)[], maxDepth: number): ScanResult {
+  const r = x.scanSpans(buf, 0, buf.length, maxDepth);
+  if (r === ScanResult.Ok) {
+    for (let i = 0; i < x.paths.length; i++) out[i] = x.kinds[i] === FieldKind.Scalar ? x.value(buf, i) : undefined;
+  }
+  return r;
+}
+
+/**
+ * A validating pass's verdict, as scanSpans returns it: a refusal before the depth limit may hide a deeper part
+ * further on, so the plain depth scan decides, as it would have run first. Nesting cannot exceed the byte count, so
+ * short records skip it.
+ */
+function depthVerdict(r: ScanResult, buf: Uint8Array, start: number, end: number, maxDepth: number): ScanResult {
+  if (r === ScanResult.Invalid && maxDepth < end - start && nestingDepthExceeds(buf, maxDepth, start, end)) {
+    return ScanResult.TooDeep;
+  }
+  return r;
+}
+
 function setScalar(node: PathNode, x: FieldExtractor, start: number, end: number): void {
   for (const i of node.terminals) {
     x.kinds[i] = FieldKind.Scalar;
@@ -166,6 +198,7 @@ function newNode(key: string): PathNode {
 }
 
 class FieldExtractor implements Extractor {
+  readonly engine = "js";
   readonly paths: readonly string[];
   readonly kinds: Uint8Array;
   readonly starts: Int32Array;
@@ -222,32 +255,20 @@ class FieldExtractor implements Extractor {
   }
 
   scan(buf: Uint8Array, out: (string | undefined)[], maxDepth: number): ScanResult {
-    const r = this.scanSpans(buf, 0, buf.length, maxDepth);
-    if (r === ScanResult.Ok) {
-      for (let i = 0; i < this.paths.length; i++) {
-        out[i] = this.kinds[i] === FieldKind.Scalar ? this.value(buf, i) : undefined;
-      }
-    }
-    return r;
+    return scanValues(this, buf, out, maxDepth);
   }
 
   scanSpans(buf: Uint8Array, start: number, end: number, maxDepth: number): ScanResult {
-    const r = this.parse(buf, start, end, maxDepth);
-    // A refusal before the depth limit may hide a deeper part further on; the plain depth scan decides, as it would
-    // have run first. Nesting cannot exceed the byte count, so short records skip it.
-    if (r === ScanResult.Invalid && maxDepth < end - start && nestingDepthExceeds(buf, maxDepth, start, end)) {
-      return ScanResult.TooDeep;
-    }
-    return r;
+    return depthVerdict(this.parse(buf, start, end, maxDepth), buf, start, end, maxDepth);
   }
 
   value(buf: Uint8Array, i: number): string {
-    const start = this.starts[i] ?? 0;
-    const end = this.ends[i] ?? 0;
-    const c = buf[start];
-    if (c === QUOTE) return decodeString(buf, start + 1, end - 1, this.#escaped[i] === 1);
-    if (c === 0x2d || isDigit(c)) return numberText(buf, start, end);
-    return c === 0x74 ? "true" : "false";
+    return spanValue(buf, this.starts[i] ?? 0, this.ends[i] ?? 0, this.#escaped[i] === 1);
+  }
+
+  /** Whether path i's string value (as the last scan found it) holds an escape. */
+  escapedAt(i: number): boolean {
+    return this.#escaped[i] === 1;
   }
 
   /**
@@ -482,7 +503,91 @@ function numberText(buf: Uint8Array, start: number, end: number): string {
   return plain ? text : String(Number(text));
 }
 
-/** Compiles dot-notation paths (`_org_id`, `tags.category`) into one reusable extractor. */
-export function compileExtractor(paths: readonly string[]): Extractor {
-  return new FieldExtractor(paths);
+/**
+ * The WebAssembly scan (scan-wasm.ts) behind the Extractor interface, for paths that are all top-level plain keys.
+ * A record it leaves to JavaScript (a top-level key written with an escape, nesting past 65,535) is scanned by the
+ * JavaScript extractor instead, and its findings copied over.
+ */
+class WasmExtractor implements Extractor {
+  readonly engine = "wasm";
+  readonly paths: readonly string[];
+  readonly kinds: Uint8Array;
+  readonly starts: Int32Array;
+  readonly ends: Int32Array;
+  readonly #escaped: Uint8Array;
+  readonly #scanner: WasmScanner;
+  /** Per path, its key's index in the scanner (a path named twice has one key). */
+  readonly #keyOf: Int32Array;
+  readonly #js: FieldExtractor;
+
+  constructor(paths: readonly string[], keys: readonly string[], scanner: WasmScanner) {
+    this.paths = [...paths];
+    this.kinds = new Uint8Array(paths.length);
+    this.starts = new Int32Array(paths.length);
+    this.ends = new Int32Array(paths.length);
+    this.#escaped = new Uint8Array(paths.length);
+    this.#keyOf = Int32Array.from(paths, (p) => keys.indexOf(p));
+    this.#scanner = scanner;
+    this.#js = new FieldExtractor(paths);
+  }
+
+  extract(buf: Uint8Array, out: (string | undefined)[]): boolean {
+    return this.scan(buf, out, Infinity) === ScanResult.Ok;
+  }
+
+  scan(buf: Uint8Array, out: (string | undefined)[], maxDepth: number): ScanResult {
+    return scanValues(this, buf, out, maxDepth);
+  }
+
+  scanSpans(buf: Uint8Array, start: number, end: number, maxDepth: number): ScanResult {
+    const s = this.#scanner;
+    const verdict = s.scan(buf, start, end, maxDepth);
+    if (verdict === WasmVerdict.Unhandled) {
+      const js = this.#js;
+      const r = js.scanSpans(buf, start, end, maxDepth);
+      for (let i = 0; i < this.paths.length; i++) {
+        this.kinds[i] = js.kinds[i] ?? FieldKind.Absent;
+        this.starts[i] = js.starts[i] ?? 0;
+        this.ends[i] = js.ends[i] ?? 0;
+        this.#escaped[i] = js.escapedAt(i) ? 1 : 0;
+      }
+      return r;
+    }
+    if (verdict === WasmVerdict.Ok) {
+      for (let i = 0; i < this.paths.length; i++) {
+        const k = this.#keyOf[i] ?? 0;
+        const kind = s.kind(k);
+        this.kinds[i] = kind;
+        if (kind !== FieldKind.Scalar) continue;
+        this.starts[i] = s.start(k, start);
+        this.ends[i] = s.end(k, start);
+        this.#escaped[i] = s.escaped(k) ? 1 : 0;
+      }
+    }
+    return depthVerdict(verdict as ScanResult, buf, start, end, maxDepth);
+  }
+
+  value(buf: Uint8Array, i: number): string {
+    return spanValue(buf, this.starts[i] ?? 0, this.ends[i] ?? 0, this.#escaped[i] === 1);
+  }
+}
+
+/** The keys of `paths` when every one is a top-level plain key the WebAssembly scan holds; else undefined. */
+function wasmKeys(paths: readonly string[]): string[] | undefined {
+  const keys = [...new Set(paths)];
+  const plain = (k: string) => /^[\x20-\x7e]*$/.test(k) && !/["\\.]/.test(k) && k.length <= WASM_MAX_KEY_BYTES;
+  return keys.length > 0 && keys.length <= WASM_MAX_KEYS && keys.every(plain) ? keys : undefined;
+}
+
+/**
+ * Compiles dot-notation paths (`_org_id`, `tags.category`) into one reusable extractor: the WebAssembly scan where
+ * every path is a top-level plain key, else (or with `engine` "js") the JavaScript one.
+ */
+export function compileExtractor(paths: readonly string[], engine?: "js"): Extractor {
+  const keys = engine === "js" ? undefined : wasmKeys(paths);
+  // Without WebAssembly SIMD (never on Node 24) the JavaScript scan gives the same answers, slower.
+  const scanner = keys === undefined ? undefined : WasmScanner.open(keys.map((k) => Buffer.from(k, "latin1")));
+  return keys !== undefined && scanner !== undefined
+    ? new WasmExtractor(paths, keys, scanner)
+    : new FieldExtractor(paths);
 }

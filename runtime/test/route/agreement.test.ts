@@ -286,10 +286,23 @@ function variants(tree: Node, seed: number, mutations: Mutation[][]): Buffer[] {
   return [valid, ...mutations.map((ms) => ms.reduce(mutate, valid))];
 }
 
-test("extractor agrees with JSON.parse + path lookup on valid documents and their mutations", () => {
-  const extractor = compileExtractor(PATHS);
+/** Top-level plain keys only: the paths the WebAssembly scan takes. */
+const TOP_PATHS = ["_org_id", "event_type", "tags", "a", "b"];
+
+for (const [engine, paths] of [
+  ["js", PATHS],
+  ["wasm", TOP_PATHS],
+] as const) {
+  test(`extractor (${engine}) agrees with JSON.parse + path lookup on valid documents and their mutations`, () => {
+    agreesWithJsonParse(engine, paths);
+  });
+}
+
+function agreesWithJsonParse(engine: "js" | "wasm", paths: readonly string[]): void {
+  const extractor = compileExtractor(paths, engine === "js" ? "js" : undefined);
+  assert.equal(extractor.engine, engine);
   const out: (string | undefined)[] = [];
-  const seen = { valid: 0, invalid: 0, scalar: new Array<number>(PATHS.length).fill(0), container: 0 };
+  const seen = { valid: 0, invalid: 0, scalar: new Array<number>(paths.length).fill(0), container: 0 };
   const check = (bytes: Uint8Array) => {
     const ref = parseRef(bytes);
     const ok = extractor.extract(bytes, out);
@@ -299,7 +312,7 @@ test("extractor agrees with JSON.parse + path lookup on valid documents and thei
       return;
     }
     seen.valid++;
-    PATHS.forEach((path, i) => {
+    paths.forEach((path, i) => {
       const [kind, value] = lookup(ref.doc, path);
       assert.deepEqual(
         [extractor.kinds[i], out[i]],
@@ -331,8 +344,8 @@ test("extractor agrees with JSON.parse + path lookup on valid documents and thei
   // The generators must reach every case, or the agreement above proves little.
   assert.ok(seen.valid > RUNS / 2 && seen.invalid > RUNS / 2, JSON.stringify(seen));
   assert.ok(seen.container > 100, JSON.stringify(seen));
-  seen.scalar.forEach((n, i) => assert.ok(n > 50, `${PATHS[i]} found only ${n} times`));
-});
+  seen.scalar.forEach((n, i) => assert.ok(n > 50, `${paths[i]} found only ${n} times`));
+}
 
 test("depth scan agrees with the parsed tree's depth on valid documents", () => {
   fc.assert(
@@ -344,8 +357,15 @@ test("depth scan agrees with the parsed tree's depth on valid documents", () => 
   );
 });
 
-test("router agrees with a reference router built on the depth scan, JSON.parse and encodeSegment", () => {
-  const fields = ["_org_id", "tags.category", "event_type"];
+for (const fields of [
+  ["_org_id", "tags.category", "event_type"],
+  ["_org_id", "event_type"],
+]) {
+  test(`router agrees with a reference router on ${fields.join(", ")}`, () => routerAgrees(fields));
+}
+
+/** Against a reference router built on the depth scan, JSON.parse and encodeSegment. */
+function routerAgrees(fields: string[]): void {
   const blank = (v: string) => v.trim() === "";
   fc.assert(
     fc.property(
@@ -387,4 +407,4 @@ test("router agrees with a reference router built on the depth scan, JSON.parse 
     ),
     { numRuns: RUNS / 5 },
   );
-});
+}

@@ -5,13 +5,64 @@ import { compileExtractor, FieldKind, ScanResult } from "../../src/route/extract
 
 const { Absent, Scalar, Container } = FieldKind;
 
-/** [kind, value] per path, or null when the record is refused as JSON. */
+/**
+ * [kind, value] per path, or null when the record is refused as JSON; asserted the same from the JavaScript scan and
+ * from the one compileExtractor picks (WebAssembly, for top-level plain keys).
+ */
 function run(paths: string[], json: string | Uint8Array): [number, string | undefined][] | null {
-  const ex = compileExtractor(paths);
-  const out: (string | undefined)[] = [];
-  if (!ex.extract(typeof json === "string" ? Buffer.from(json, "utf8") : json, out)) return null;
-  return paths.map((_, i) => [ex.kinds[i] as number, out[i]]);
+  const bytes = typeof json === "string" ? Buffer.from(json, "utf8") : json;
+  const [picked, js] = [compileExtractor(paths), compileExtractor(paths, "js")].map((ex) => {
+    const out: (string | undefined)[] = [];
+    if (!ex.extract(bytes, out)) return null;
+    return paths.map((_, i): [number, string | undefined] => [ex.kinds[i] as number, out[i]]);
+  });
+  assert.deepEqual(picked, js, "the WebAssembly and JavaScript scans disagree");
+  return js ?? null;
 }
+
+test("the WebAssembly scan takes top-level plain keys; the JavaScript scan any other path", () => {
+  assert.equal(compileExtractor(["_org_id", "event_type"]).engine, "wasm");
+  assert.equal(compileExtractor(["_org_id", "_org_id"]).engine, "wasm");
+  assert.equal(compileExtractor(["a", "b", "c", "d", "e", "f", "g"]).engine, "wasm");
+  for (const paths of [
+    ["tags.category"],
+    ["ключ"],
+    ['q"t'],
+    ["a\\b"],
+    ["x".repeat(61)],
+    ["a", "b", "c", "d", "e", "f", "g", "h"],
+  ]) {
+    assert.equal(compileExtractor(paths).engine, "js", paths.join(","));
+  }
+  assert.equal(compileExtractor(["_org_id"], "js").engine, "js");
+});
+
+test("a record the WebAssembly scan leaves to JavaScript (an escaped top-level key) gets the same answer", () => {
+  const ex = compileExtractor(["_org_id", "n"]);
+  assert.equal(ex.engine, "wasm");
+  const out: (string | undefined)[] = [];
+  assert.ok(ex.extract(Buffer.from('{"\\u005forg_id":"x\\n","n":1}'), out));
+  assert.deepEqual(out, ["x\n", "1"]);
+  assert.ok(ex.extract(Buffer.from('{"_org_id":"y","\\u005forg_id":{}}'), out));
+  assert.deepEqual([...ex.kinds], [Container, Absent]);
+  // The next record, plain again, is the WebAssembly scan's, with nothing carried over.
+  assert.ok(ex.extract(Buffer.from('{"n":2}'), out));
+  assert.deepEqual(out, [undefined, "2"]);
+  assert.equal(ex.extract(Buffer.from('{"\\u005forg_id":"x"'), out), false);
+});
+
+test("records far larger than the WebAssembly scan's first memory are read whole, spans in the caller's buffer", () => {
+  const ex = compileExtractor(["_org_id", "last"]);
+  const big = Buffer.from(
+    `pad{"_org_id":"acme","filler":"${"y".repeat(3 << 20)}","last":"z\\u00e9"}` + `{"_org_id":"next"}`,
+  );
+  const end = big.indexOf('}{"_org_id":"next"}') + 1;
+  assert.equal(ex.scanSpans(big, 3, end, 64), ScanResult.Ok);
+  assert.equal(big.toString("utf8", ex.starts[0], ex.ends[0]), '"acme"');
+  assert.deepEqual([ex.value(big, 0), ex.value(big, 1)], ["acme", "zé"]);
+  assert.equal(ex.scanSpans(big, end, big.length, 64), ScanResult.Ok);
+  assert.deepEqual([ex.value(big, 0), ex.kinds[1]], ["next", Absent]);
+});
 
 test("the seed's examples: top-level and dot-notation fields", () => {
   assert.deepEqual(run(["_org_id", "event_type"], '{"_org_id": "acme", "event_type": "login", "data": {"x": 1}}'), [
