@@ -19,6 +19,12 @@
 
   ;; Result codes, as extract.ts's ScanResult, plus 3: a top-level key with an escape, left to the JavaScript scan.
   ;; scan(p, n, maxDepth): the record is memory[p, n).
+  ;; Records are mostly compact: the byte at p is rarely a space, and then no loop runs.
+  (func $ws (param $p i32) (param $n i32) (result i32)
+    (if (result i32) (i32.gt_u (i32.load8_u (local.get $p)) (i32.const 0x20))
+      (then (local.get $p))
+      (else (call $skipSpace (local.get $p) (local.get $n)))))
+
   (func $skipSpace (param $p i32) (param $n i32) (result i32)
     (local $c i32)
     (block $done
@@ -173,7 +179,7 @@
         (local.set $i (i32.add (local.get $i) (i32.const 1)))
         (br $clear)))
     (local.set $field (i32.const -1))
-    (local.set $p (call $skipSpace (local.get $p) (local.get $n)))
+    (local.set $p (call $ws (local.get $p) (local.get $n)))
     (loop $value
       ;; A value starts at p; $field is the routed key it belongs to, or -1.
       (if (i32.ge_s (local.get $field) (i32.const 0))
@@ -190,7 +196,7 @@
             (if (i32.ge_s (local.get $field) (i32.const 0))
               (then (i32.store (call $slot (local.get $field)) (i32.const 2))))
             (local.set $field (i32.const -1))
-            (local.set $p (call $skipSpace (i32.add (local.get $p) (i32.const 1)) (local.get $n)))
+            (local.set $p (call $ws (i32.add (local.get $p) (i32.const 1)) (local.get $n)))
             (if (i32.ge_u (local.get $p) (local.get $n)) (then (return (i32.const 1))))
             (local.set $d (i32.load8_u (local.get $p)))
             ;; An empty container closes at once.
@@ -242,7 +248,7 @@
       ;; After a value: separators and closers until the next value starts, or the document ends.
       (local.set $field (i32.const -1))
       (loop $close
-        (local.set $p (call $skipSpace (local.get $p) (local.get $n)))
+        (local.set $p (call $ws (local.get $p) (local.get $n)))
         (if (i32.eqz (local.get $depth))
           (then (return (select (i32.const 0) (i32.const 1) (i32.eq (local.get $p) (local.get $n))))))
         (if (i32.ge_u (local.get $p) (local.get $n)) (then (return (i32.const 1))))
@@ -250,7 +256,7 @@
         (local.set $open (i32.load8_u offset=2048 (local.get $depth)))
         (if (i32.eq (local.get $d) (i32.const 0x2c))
           (then
-            (local.set $p (call $skipSpace (i32.add (local.get $p) (i32.const 1)) (local.get $n)))
+            (local.set $p (call $ws (i32.add (local.get $p) (i32.const 1)) (local.get $n)))
             (if (i32.eq (local.get $open) (i32.const 2)) (then (br $value)))
             (local.set $p (call $key (local.get $p) (local.get $n) (local.get $depth)))
             (if (i32.lt_s (local.get $p) (i32.const 0)) (then (return (i32.sub (i32.const 0) (local.get $p)))))
@@ -290,8 +296,8 @@
       (then
         (if (i32.ne (global.get $escapes) (local.get $esc)) (then (return (i32.const -3))))
         (global.set $matched (call $match (local.get $start) (i32.sub (local.get $end) (i32.const 1))))))
-    (local.set $p (call $skipSpace (local.get $end) (local.get $n)))
+    (local.set $p (call $ws (local.get $end) (local.get $n)))
     (if (i32.ge_u (local.get $p) (local.get $n)) (then (return (i32.const -1))))
     (if (i32.ne (i32.load8_u (local.get $p)) (i32.const 0x3a)) (then (return (i32.const -1))))
-    (call $skipSpace (i32.add (local.get $p) (i32.const 1)) (local.get $n)))
+    (call $ws (i32.add (local.get $p) (i32.const 1)) (local.get $n)))
 )
