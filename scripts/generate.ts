@@ -1,7 +1,7 @@
 // Regenerates the checked-in text that has a source of truth elsewhere: README.md's generated blocks (the config
 // table, from the schema; the ArchivePipeline fields, from the CRD; the metrics table, from the runtime's registry),
 // the ArchivePipeline CRD, from the schema and operator/src/api/, with its copies in the Helm chart and kustomize;
-// and the route scan's WebAssembly module, from runtime/src/route/scan.wat (scripts/scan-module.ts).
+// and the runtime's WebAssembly modules, from their .wat sources (scripts/wasm-modules.ts).
 // Usage: node_modules/.bin/node scripts/generate.ts [README path] [CRD path]
 //   (defaults: README.md at the repo root, and the CRD at crds/<name>.yaml in the README's directory; the copies are
 //   written only with the defaults)
@@ -11,7 +11,7 @@ import { CONFIG_TABLE, spliceBlock } from "../runtime/src/config/docs.ts";
 import { METRICS_TABLE } from "../runtime/src/observe/docs.ts";
 import { CRD_COPIES, CRD_FILE, crdYaml } from "../operator/src/api/crd.ts";
 import { CR_FIELDS } from "../operator/src/api/docs.ts";
-import { SCAN_MODULE_FILE, scanModuleText } from "./scan-module.ts";
+import { WASM_MODULES, wasmModuleText } from "./wasm-modules.ts";
 
 const readmePath = resolve(process.argv[2] ?? resolve(import.meta.dirname, "..", "README.md"));
 if (!existsSync(readmePath)) {
@@ -54,10 +54,12 @@ for (const crdPath of crdPaths) {
   process.stdout.write(`generate: ${crdPath} ${current ? "already current" : "rewritten"}\n`);
 }
 
-// The route scan's module belongs to the sources, not to a README's directory: written only with the defaults.
+// The WebAssembly modules belong to the sources, not to a README's directory: written only with the defaults.
 if (process.argv[2] === undefined) {
-  const scanModule = await scanModuleText();
-  const scanCurrent = existsSync(SCAN_MODULE_FILE) && readFileSync(SCAN_MODULE_FILE, "utf8") === scanModule;
-  if (!scanCurrent) writeFileSync(SCAN_MODULE_FILE, scanModule);
-  process.stdout.write(`generate: ${SCAN_MODULE_FILE} ${scanCurrent ? "already current" : "rewritten"}\n`);
+  for (const m of WASM_MODULES) {
+    const text = await wasmModuleText(m);
+    const current = existsSync(m.file) && readFileSync(m.file, "utf8") === text;
+    if (!current) writeFileSync(m.file, text);
+    process.stdout.write(`generate: ${m.file} ${current ? "already current" : "rewritten"}\n`);
+  }
 }

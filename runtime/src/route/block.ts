@@ -17,6 +17,7 @@ import { codecLanes, type LaneFailure } from "../codec/lanes.ts";
 import { ArchiverError } from "../errors.ts";
 import type { InboundBatch, InboundRecord } from "../transport/types.ts";
 import { forEachRecord, splitBatches, type AbortedTransaction } from "../transport/record-batch.ts";
+import { Lz4Frames } from "../transport/lz4-frame.ts";
 import { createRouter, TOO_DEEP, type Router, type RouterOptions } from "./router.ts";
 
 /** How the lane routes: the router's options, and records per chunk (kafka.batch_size). */
@@ -165,6 +166,8 @@ interface Chunk {
 
 const routers = new Map<string, { router: Router; spec: RouteSpec }>();
 const visited = new Visited();
+/** A block's lz4 batches, decoded into its arena and read until the reply is encoded; reset for the next block. */
+let lz4: Lz4Frames | undefined;
 
 /** Routes one block (the lane's side); the reply, laid out as the header comment says, fills a buffer of its own. */
 export function routeBlock(block: Uint8Array): Uint8Array<ArrayBuffer> {
@@ -221,7 +224,9 @@ export function routeBlock(block: Uint8Array): Uint8Array<ArrayBuffer> {
     for (let i = 0; i < abortedCount; i++, p += 16) {
       aborted.push({ producerId: view.getFloat64(p, true), firstOffset: view.getFloat64(p + 8, true) });
     }
-    forEachRecord(block.subarray(p), fromOffset, visit, aborted);
+    lz4 ??= new Lz4Frames();
+    lz4.reset();
+    forEachRecord(block.subarray(p), fromOffset, visit, aborted, lz4);
   } else if (kind === KIND_RECORDS) {
     const count = view.getUint32(p, true);
     p += 4;

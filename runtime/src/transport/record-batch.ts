@@ -7,9 +7,9 @@
 
 import zlib from "node:zlib";
 import { crc32c } from "@platformatic/wasm-utils";
-import { decompressFrameSync } from "lz4-napi";
 import { uncompressSync } from "snappy";
 import { ArchiverError } from "../errors.ts";
+import { Lz4Frames } from "./lz4-frame.ts";
 
 // snappy-java (the Java producer) frames its output: a magic header, then [u32 big-endian length][raw block]...
 const XERIAL_MAGIC = Buffer.from([0x82, 0x53, 0x4e, 0x41, 0x50, 0x50, 0x59, 0x00]);
@@ -98,7 +98,7 @@ function malformed(message: string): ArchiverError {
   return new ArchiverError("kafka_batch_malformed", `kafka record batch malformed: ${message}`, "permanent");
 }
 
-function inflate(codec: number, data: Buffer): Buffer {
+function inflate(codec: number, data: Buffer, lz4: Lz4Frames): Buffer {
   switch (codec) {
     case 1:
       return zlib.gunzipSync(data);
@@ -108,7 +108,7 @@ function inflate(codec: number, data: Buffer): Buffer {
       return Buffer.concat(blocks.map((b) => uncompressSync(b) as Buffer));
     }
     case 3:
-      return decompressFrameSync(data);
+      return lz4.decode(data);
     case 4:
       return zlib.zstdDecompressSync(data);
     default:
@@ -172,13 +172,14 @@ class Cursor {
  * Calls `visit` for each record at or past `fromOffset`, in order, skipping control batches and the records of
  * aborted transactions, with its value at records[start, end) (`records` the batch's, decompressed); a null value is
  * visited as empty. Returns the records visited. Throws a permanent ArchiverError on a batch that fails its CRC-32C
- * or does not parse.
+ * or does not parse. lz4 batches are decoded into `lz4`'s arena: what `visit` is given of them lasts until it is reset.
  */
 export function forEachRecord(
   bytes: Uint8Array,
   fromOffset: number,
   visit: (records: Buffer, start: number, end: number, offset: number) => void,
   aborted: readonly AbortedTransaction[] = [],
+  lz4: Lz4Frames = new Lz4Frames(),
 ): number {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const pending = [...aborted].sort((a, b) => a.firstOffset - b.firstOffset);
@@ -215,7 +216,7 @@ export function forEachRecord(
     if (last < fromOffset) continue;
     const codec = attributes & COMPRESSION;
     const raw = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
-    const records = codec === 0 ? raw : inflate(codec, raw);
+    const records = codec === 0 ? raw : inflate(codec, raw, lz4);
     const c = new Cursor(records);
     for (let i = 0; i < count; i++) {
       const length = c.varint();
