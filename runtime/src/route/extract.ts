@@ -157,15 +157,6 @@ function spanValue(buf: Uint8Array, start: number, end: number, escaped: boolean
   return c === 0x74 ? "true" : "false";
 }
 
-/** Extractor.scan by way of scanSpans and value. */
-function scanValues(x: Extractor, buf: Uint8Array, out: (string | undefined)[], maxDepth: number): ScanResult {
-  const r = x.scanSpans(buf, 0, buf.length, maxDepth);
-  if (r === ScanResult.Ok) {
-    for (let i = 0; i < x.paths.length; i++) out[i] = x.kinds[i] === FieldKind.Scalar ? x.value(buf, i) : undefined;
-  }
-  return r;
-}
-
 /**
  * A validating pass's verdict, as scanSpans returns it: a refusal before the depth limit may hide a deeper part
  * further on, so the plain depth scan decides, as it would have run first. Nesting cannot exceed the byte count, so
@@ -197,14 +188,52 @@ function newNode(key: string): PathNode {
   return { key, keyBytes, terminals: [], subtree: [], children: [], hasOddChild: false, maybe: new Uint8Array(4096) };
 }
 
-class FieldExtractor implements Extractor {
-  readonly engine = "js";
+/** What both scans share: the findings of the last scan, and reading values out of them. */
+abstract class SpanExtractor implements Extractor {
+  abstract readonly engine: "wasm" | "js";
   readonly paths: readonly string[];
   readonly kinds: Uint8Array;
   readonly starts: Int32Array;
   readonly ends: Int32Array;
   /** Per path, whether its string value holds an escape. */
-  readonly #escaped: Uint8Array;
+  protected readonly escaped: Uint8Array;
+
+  constructor(paths: readonly string[]) {
+    this.paths = [...paths];
+    this.kinds = new Uint8Array(paths.length);
+    this.starts = new Int32Array(paths.length);
+    this.ends = new Int32Array(paths.length);
+    this.escaped = new Uint8Array(paths.length);
+  }
+
+  abstract scanSpans(buf: Uint8Array, start: number, end: number, maxDepth: number): ScanResult;
+
+  extract(buf: Uint8Array, out: (string | undefined)[]): boolean {
+    return this.scan(buf, out, Infinity) === ScanResult.Ok;
+  }
+
+  scan(buf: Uint8Array, out: (string | undefined)[], maxDepth: number): ScanResult {
+    const r = this.scanSpans(buf, 0, buf.length, maxDepth);
+    if (r === ScanResult.Ok) {
+      for (let i = 0; i < this.paths.length; i++) {
+        out[i] = this.kinds[i] === FieldKind.Scalar ? this.value(buf, i) : undefined;
+      }
+    }
+    return r;
+  }
+
+  value(buf: Uint8Array, i: number): string {
+    return spanValue(buf, this.starts[i] ?? 0, this.ends[i] ?? 0, this.escaped[i] === 1);
+  }
+
+  /** Whether path i's string value (as the last scan found it) holds an escape. */
+  escapedAt(i: number): boolean {
+    return this.escaped[i] === 1;
+  }
+}
+
+class FieldExtractor extends SpanExtractor {
+  readonly engine = "js";
   private readonly root: PathNode;
   /** The routed node of each active object, by depth. */
   private readonly activeNodes: PathNode[];
@@ -219,11 +248,7 @@ class FieldExtractor implements Extractor {
   private view: DataView = new DataView(new ArrayBuffer(0));
 
   constructor(paths: readonly string[]) {
-    this.paths = [...paths];
-    this.kinds = new Uint8Array(paths.length);
-    this.starts = new Int32Array(paths.length);
-    this.ends = new Int32Array(paths.length);
-    this.#escaped = new Uint8Array(paths.length);
+    super(paths);
     this.root = newNode("");
     let longest = 0;
     paths.forEach((path, index) => {
@@ -250,25 +275,8 @@ class FieldExtractor implements Extractor {
     this.activeNodes = new Array<PathNode>(longest + 1).fill(this.root);
   }
 
-  extract(buf: Uint8Array, out: (string | undefined)[]): boolean {
-    return this.scan(buf, out, Infinity) === ScanResult.Ok;
-  }
-
-  scan(buf: Uint8Array, out: (string | undefined)[], maxDepth: number): ScanResult {
-    return scanValues(this, buf, out, maxDepth);
-  }
-
   scanSpans(buf: Uint8Array, start: number, end: number, maxDepth: number): ScanResult {
     return depthVerdict(this.parse(buf, start, end, maxDepth), buf, start, end, maxDepth);
-  }
-
-  value(buf: Uint8Array, i: number): string {
-    return spanValue(buf, this.starts[i] ?? 0, this.ends[i] ?? 0, this.#escaped[i] === 1);
-  }
-
-  /** Whether path i's string value (as the last scan found it) holds an escape. */
-  escapedAt(i: number): boolean {
-    return this.#escaped[i] === 1;
   }
 
   /**
@@ -323,7 +331,7 @@ class FieldExtractor implements Extractor {
         if (p < 0) return ScanResult.Invalid;
         if (node !== null && node.terminals.length > 0) {
           setScalar(node, this, start - 1, p);
-          for (const i of node.terminals) this.#escaped[i] = this.escapes !== escapes ? 1 : 0;
+          for (const i of node.terminals) this.escaped[i] = this.escapes !== escapes ? 1 : 0;
         }
       } else if (c === 0x2d || isDigit(c)) {
         const start = p;
@@ -508,35 +516,18 @@ function numberText(buf: Uint8Array, start: number, end: number): string {
  * A record it leaves to JavaScript (a top-level key written with an escape, nesting past 65,535) is scanned by the
  * JavaScript extractor instead, and its findings copied over.
  */
-class WasmExtractor implements Extractor {
+class WasmExtractor extends SpanExtractor {
   readonly engine = "wasm";
-  readonly paths: readonly string[];
-  readonly kinds: Uint8Array;
-  readonly starts: Int32Array;
-  readonly ends: Int32Array;
-  readonly #escaped: Uint8Array;
   readonly #scanner: WasmScanner;
   /** Per path, its key's index in the scanner (a path named twice has one key). */
   readonly #keyOf: Int32Array;
   readonly #js: FieldExtractor;
 
   constructor(paths: readonly string[], keys: readonly string[], scanner: WasmScanner) {
-    this.paths = [...paths];
-    this.kinds = new Uint8Array(paths.length);
-    this.starts = new Int32Array(paths.length);
-    this.ends = new Int32Array(paths.length);
-    this.#escaped = new Uint8Array(paths.length);
+    super(paths);
     this.#keyOf = Int32Array.from(paths, (p) => keys.indexOf(p));
     this.#scanner = scanner;
     this.#js = new FieldExtractor(paths);
-  }
-
-  extract(buf: Uint8Array, out: (string | undefined)[]): boolean {
-    return this.scan(buf, out, Infinity) === ScanResult.Ok;
-  }
-
-  scan(buf: Uint8Array, out: (string | undefined)[], maxDepth: number): ScanResult {
-    return scanValues(this, buf, out, maxDepth);
   }
 
   scanSpans(buf: Uint8Array, start: number, end: number, maxDepth: number): ScanResult {
@@ -549,7 +540,7 @@ class WasmExtractor implements Extractor {
         this.kinds[i] = js.kinds[i] ?? FieldKind.Absent;
         this.starts[i] = js.starts[i] ?? 0;
         this.ends[i] = js.ends[i] ?? 0;
-        this.#escaped[i] = js.escapedAt(i) ? 1 : 0;
+        this.escaped[i] = js.escapedAt(i) ? 1 : 0;
       }
       return r;
     }
@@ -561,14 +552,10 @@ class WasmExtractor implements Extractor {
         if (kind !== FieldKind.Scalar) continue;
         this.starts[i] = s.start(k, start);
         this.ends[i] = s.end(k, start);
-        this.#escaped[i] = s.escaped(k) ? 1 : 0;
+        this.escaped[i] = s.escaped(k) ? 1 : 0;
       }
     }
     return depthVerdict(verdict as ScanResult, buf, start, end, maxDepth);
-  }
-
-  value(buf: Uint8Array, i: number): string {
-    return spanValue(buf, this.starts[i] ?? 0, this.ends[i] ?? 0, this.#escaped[i] === 1);
   }
 }
 
