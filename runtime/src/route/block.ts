@@ -166,7 +166,7 @@ interface Chunk {
 
 const routers = new Map<string, { router: Router; spec: RouteSpec }>();
 const visited = new Visited();
-/** A block's lz4 batches, decoded into its arena and read until the reply is encoded; reset for the next block. */
+/** A block's lz4 batches, decoded in its memory and read there until the reply is encoded. */
 let lz4: Lz4Frames | undefined;
 
 /** Routes one block (the lane's side); the reply, laid out as the header comment says, fills a buffer of its own. */
@@ -225,7 +225,6 @@ export function routeBlock(block: Uint8Array): Uint8Array<ArrayBuffer> {
       aborted.push({ producerId: view.getFloat64(p, true), firstOffset: view.getFloat64(p + 8, true) });
     }
     lz4 ??= new Lz4Frames();
-    lz4.reset();
     forEachRecord(block.subarray(p), fromOffset, visit, aborted, lz4);
   } else if (kind === KIND_RECORDS) {
     const count = view.getUint32(p, true);

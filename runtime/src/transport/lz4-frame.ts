@@ -69,50 +69,30 @@ function descriptor(src: Uint8Array, ip: number): Descriptor {
   };
 }
 
-let compiled: object | undefined;
+/** A frame's extent: its descriptor, its blocks, and where it ends (past its checksum). */
+interface Frame {
+  readonly d: Descriptor;
+  readonly blocks: number;
+  /** Just past the end mark. */
+  readonly blocksEnd: number;
+  readonly end: number;
+}
 
-/**
- * Decodes lz4 frames into a growing arena reused across batches. A decoded buffer is a view of the arena, valid
- * until `reset`, which its owner calls once nothing decoded before is read any more.
- */
-export class Lz4Frames {
-  readonly #wasm: Lz4Exports;
-  #arena = new Uint8Array(0);
-  #used = 0;
-
-  constructor() {
-    compiled ??= new WebAssembly.Module(Buffer.from(LZ4_MODULE, "base64"));
-    this.#wasm = new WebAssembly.Instance(compiled).exports as Lz4Exports;
-  }
-
-  reset(): void {
-    this.#used = 0;
-  }
-
-  /** Decodes every frame of `src` (skippable ones skipped), end to end; returns a view of the output. */
-  decode(src: Uint8Array): Buffer {
-    const start = this.#used;
-    let ip = 0;
-    while (ip < src.length) {
-      if (src.length - ip < 4) throw corrupt(`${src.length - ip} bytes after a frame`);
-      const magic = readU32(src, ip);
-      if ((magic & SKIPPABLE_MASK) >>> 0 === SKIPPABLE) {
-        if (src.length - ip < 8) throw corrupt("skippable frame cut short");
-        ip += 8 + readU32(src, ip + 4);
-        if (ip > src.length) throw corrupt("skippable frame runs past the batch");
-        continue;
-      }
-      if (magic !== FRAME_MAGIC) throw corrupt(`frame magic 0x${magic.toString(16)}`);
-      ip = this.#frame(src, ip + 4);
+/** The frames of `src`, skippable ones left out, each walked block header by block header. */
+function framesOf(src: Uint8Array): Frame[] {
+  const frames: Frame[] = [];
+  let ip = 0;
+  while (ip < src.length) {
+    if (src.length - ip < 4) throw corrupt(`${src.length - ip} bytes after a frame`);
+    const magic = readU32(src, ip);
+    if ((magic & SKIPPABLE_MASK) >>> 0 === SKIPPABLE) {
+      if (src.length - ip < 8) throw corrupt("skippable frame cut short");
+      ip += 8 + readU32(src, ip + 4);
+      if (ip > src.length) throw corrupt("skippable frame runs past the batch");
+      continue;
     }
-    return Buffer.from(this.#arena.buffer, this.#arena.byteOffset + start, this.#used - start);
-  }
-
-  /** One frame, its descriptor at `ip`; its output appended to the arena. Returns where the frame ends. */
-  #frame(src: Uint8Array, ip: number): number {
-    const d = descriptor(src, ip);
-    // The blocks' extent first, so the memory is sized once: the compressed blocks, then room for every block's
-    // output. The frame's blocks are decoded in place there, a linked block's matches reaching into earlier ones.
+    if (magic !== FRAME_MAGIC) throw corrupt(`frame magic 0x${magic.toString(16)}`);
+    const d = descriptor(src, ip + 4);
     let blocks = 0;
     let end = d.blocksAt;
     for (;;) {
@@ -126,14 +106,80 @@ export class Lz4Frames {
       blocks++;
     }
     if (src.length - end < d.contentChecksum) throw corrupt("content checksum cut short");
-    const input = end - d.blocksAt;
-    const outAt = input + SLACK;
-    const limit = outAt + blocks * d.blockMax;
-    const memory = this.#memory(limit + SLACK);
-    memory.set(src.subarray(d.blocksAt, end), 0);
-    let p = 0;
+    frames.push({ d, blocks, blocksEnd: end, end: end + d.contentChecksum });
+    ip = end + d.contentChecksum;
+  }
+  return frames;
+}
+
+/**
+ * The memory decoding `src` may take: each frame's compressed blocks and the room for all their output, with slack.
+ * A sum of these is what Lz4Frames.begin needs for a run of batches.
+ */
+export function lz4Bound(src: Uint8Array): number {
+  let frames: Frame[];
+  try {
+    frames = framesOf(src);
+  } catch {
+    // Read before the batch's CRC-32C is checked: a malformed frame is refused where it is decoded, in order.
+    return 0;
+  }
+  let bound = 0;
+  for (const f of frames) bound += f.blocks * f.d.blockMax + (f.blocksEnd - f.d.blocksAt) + 2 * SLACK;
+  return bound;
+}
+
+let compiled: object | undefined;
+
+/**
+ * Decodes lz4 frames in the WebAssembly memory and hands out views of it, so the output is never copied. Views stay
+ * valid until the next `begin`, which sizes the memory for a run of decodes up front: growing it detaches every view.
+ */
+export class Lz4Frames {
+  readonly #wasm: Lz4Exports;
+  #memory: Uint8Array;
+  /** Where the next output goes. */
+  #used = 0;
+  /** The room the run began with: a decode past it would need the memory grown, voiding views still read. */
+  #bound = 0;
+
+  constructor() {
+    compiled ??= new WebAssembly.Module(Buffer.from(LZ4_MODULE, "base64"));
+    this.#wasm = new WebAssembly.Instance(compiled).exports as Lz4Exports;
+    this.#memory = new Uint8Array(this.#wasm.memory.buffer);
+  }
+
+  /** Starts a run of decodes that together take at most `bound` bytes (lz4Bound); voids every view handed out. */
+  begin(bound: number): void {
+    this.#used = 0;
+    this.#bound = bound;
+    const memory = this.#wasm.memory;
+    if (memory.buffer.byteLength < bound) memory.grow(Math.ceil((bound - memory.buffer.byteLength) / PAGE));
+    this.#memory = new Uint8Array(memory.buffer);
+  }
+
+  /** Decodes every frame of `src` (skippable ones skipped), end to end; returns a view of the output. */
+  decode(src: Uint8Array): Buffer {
+    const start = this.#used;
+    for (const f of framesOf(src)) this.#frame(src, f);
+    return Buffer.from(this.#memory.buffer, start, this.#used - start);
+  }
+
+  /**
+   * One frame: its compressed blocks placed just past the output so far, then decoded block by block to where they
+   * lay, a linked block's matches reaching into the frame's earlier output.
+   */
+  #frame(src: Uint8Array, f: Frame): void {
+    const memory = this.#memory;
+    const outAt = this.#used;
+    const inAt = outAt + f.blocks * f.d.blockMax + SLACK;
+    if (inAt + (f.blocksEnd - f.d.blocksAt) + SLACK > this.#bound) {
+      throw new Error("lz4 decode past the bound its run began with (Lz4Frames.begin)");
+    }
+    memory.set(src.subarray(f.d.blocksAt, f.blocksEnd), inAt);
+    let p = inAt;
     let op = outAt;
-    for (let b = 0; b < blocks; b++) {
+    for (let b = 0; b < f.blocks; b++) {
       const header = readU32(memory, p);
       const size = header & 0x7fffffff;
       p += 4;
@@ -141,33 +187,11 @@ export class Lz4Frames {
         memory.copyWithin(op, p, p + size);
         op += size;
       } else {
-        op = this.#wasm.block(p, p + size, op, op + d.blockMax, d.independent ? op : outAt);
+        op = this.#wasm.block(p, p + size, op, op + f.d.blockMax, f.d.independent ? op : outAt);
         if (op < 0) throw corrupt("block does not decode");
       }
-      p += size + d.blockChecksum;
+      p += size + f.d.blockChecksum;
     }
-    this.#append(memory.subarray(outAt, op));
-    return end + d.contentChecksum;
-  }
-
-  /** The module's memory, grown to at least `size` bytes. */
-  #memory(size: number): Uint8Array {
-    const memory = this.#wasm.memory;
-    if (memory.buffer.byteLength < size) memory.grow(Math.ceil((size - memory.buffer.byteLength) / PAGE));
-    return new Uint8Array(memory.buffer);
-  }
-
-  /**
-   * Appends to the arena. A full one is replaced by one twice its size holding the same bytes at the same places, so
-   * the views handed out stay valid in the old one and the output in progress continues in the new.
-   */
-  #append(bytes: Uint8Array): void {
-    if (this.#used + bytes.length > this.#arena.length) {
-      const kept = this.#arena.subarray(0, this.#used);
-      this.#arena = new Uint8Array(Math.max(this.#arena.length * 2, (kept.length + bytes.length) * 2, 1 << 20));
-      this.#arena.set(kept);
-    }
-    this.#arena.set(bytes, this.#used);
-    this.#used += bytes.length;
+    this.#used = op;
   }
 }

@@ -9,7 +9,7 @@ import zlib from "node:zlib";
 import { crc32c } from "@platformatic/wasm-utils";
 import { uncompressSync } from "snappy";
 import { ArchiverError } from "../errors.ts";
-import { Lz4Frames } from "./lz4-frame.ts";
+import { lz4Bound, Lz4Frames } from "./lz4-frame.ts";
 
 // snappy-java (the Java producer) frames its output: a magic header, then [u32 big-endian length][raw block]...
 const XERIAL_MAGIC = Buffer.from([0x82, 0x53, 0x4e, 0x41, 0x50, 0x50, 0x59, 0x00]);
@@ -44,6 +44,7 @@ const PRODUCER_AT = 43;
 const COUNT_AT = 57;
 const LOG_OVERHEAD = 12;
 const COMPRESSION = 0x07;
+const LZ4 = 3;
 const TRANSACTIONAL = 0x10;
 const CONTROL = 0x20;
 const ABORT_MARKER = 0;
@@ -107,7 +108,7 @@ function inflate(codec: number, data: Buffer, lz4: Lz4Frames): Buffer {
       if (blocks === undefined) return uncompressSync(data) as Buffer;
       return Buffer.concat(blocks.map((b) => uncompressSync(b) as Buffer));
     }
-    case 3:
+    case LZ4:
       return lz4.decode(data);
     case 4:
       return zlib.zstdDecompressSync(data);
@@ -172,7 +173,8 @@ class Cursor {
  * Calls `visit` for each record at or past `fromOffset`, in order, skipping control batches and the records of
  * aborted transactions, with its value at records[start, end) (`records` the batch's, decompressed); a null value is
  * visited as empty. Returns the records visited. Throws a permanent ArchiverError on a batch that fails its CRC-32C
- * or does not parse. lz4 batches are decoded into `lz4`'s arena: what `visit` is given of them lasts until it is reset.
+ * or does not parse. lz4 batches are decoded in `lz4`'s memory: what `visit` is given of them lasts until the next
+ * call with the same `lz4`.
  */
 export function forEachRecord(
   bytes: Uint8Array,
@@ -182,6 +184,12 @@ export function forEachRecord(
   lz4: Lz4Frames = new Lz4Frames(),
 ): number {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let lz4Room = 0;
+  for (let p = 0, size; (size = wholeBatchAt(view, p)) > 0; p += size) {
+    if ((view.getInt16(p + ATTRIBUTES_AT) & COMPRESSION) === LZ4)
+      lz4Room += lz4Bound(bytes.subarray(p + BATCH_HEAD, p + size));
+  }
+  lz4.begin(lz4Room);
   const pending = [...aborted].sort((a, b) => a.firstOffset - b.firstOffset);
   const abortedNow = new Set<number>();
   let visited = 0;

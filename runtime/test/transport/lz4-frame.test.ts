@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import { test } from "node:test";
 import { compressFrameSync } from "lz4-napi";
 import { ArchiverError } from "../../src/errors.ts";
-import { Lz4Frames } from "../../src/transport/lz4-frame.ts";
+import { lz4Bound, Lz4Frames } from "../../src/transport/lz4-frame.ts";
 
 /** JSON lines like the bench's: long repeats, so matches overlap and reach back across blocks. */
 function records(n: number, seed = 0): Buffer {
@@ -20,6 +20,12 @@ function records(n: number, seed = 0): Buffer {
 
 const lz4Cli = (input: Buffer, args: string[]) => execFileSync("lz4", ["-c", "-q", ...args], { input });
 
+/** A run of one decode, begun with the room it takes. */
+function decodeOne(frames: Lz4Frames, bytes: Buffer): Buffer {
+  frames.begin(lz4Bound(bytes));
+  return frames.decode(bytes);
+}
+
 test("frames the lz4 CLI writes decode to their input, whatever the block size, linking and checksums", () => {
   const data = Buffer.concat([records(3000), randomBytes(70_000), records(500, 7)]);
   const frames = new Lz4Frames();
@@ -31,8 +37,7 @@ test("frames the lz4 CLI writes decode to their input, whatever the block size, 
     ["-B4", "-BD", "-BX", "--no-frame-crc"],
     ["-9", "-B4", "-BD"],
   ]) {
-    frames.reset();
-    assert.ok(frames.decode(lz4Cli(data, args)).equals(data), args.join(" "));
+    assert.ok(decodeOne(frames, lz4Cli(data, args)).equals(data), args.join(" "));
   }
 });
 
@@ -40,9 +45,9 @@ test("lz4-napi's frames decode too, with and without checksums, and an empty inp
   const data = records(2000, 3);
   const frames = new Lz4Frames();
   for (const opts of [{}, { contentChecksum: true }, { blockChecksums: true, contentChecksum: true }]) {
-    assert.ok(frames.decode(compressFrameSync(data, opts)).equals(data), JSON.stringify(opts));
+    assert.ok(decodeOne(frames, compressFrameSync(data, opts)).equals(data), JSON.stringify(opts));
   }
-  assert.equal(frames.decode(lz4Cli(Buffer.alloc(0), [])).length, 0);
+  assert.equal(decodeOne(frames, lz4Cli(Buffer.alloc(0), [])).length, 0);
 });
 
 test("concatenated and skippable frames decode end to end, as lz4 -d reads them", () => {
@@ -53,15 +58,21 @@ test("concatenated and skippable frames decode end to end, as lz4 -d reads them"
   skippable.writeUInt32LE(5, 4);
   const stream = Buffer.concat([lz4Cli(a, ["-BD"]), skippable, lz4Cli(b, [])]);
   const expected = execFileSync("lz4", ["-dc", "-q"], { input: stream });
-  const out = new Lz4Frames().decode(stream);
+  const out = decodeOne(new Lz4Frames(), stream);
   assert.ok(out.equals(Buffer.concat([a, b])) && out.equals(expected));
 });
 
-test("earlier outputs stay whole until reset, however far the arena grows after them", () => {
+test("a run's outputs stay whole side by side until the next run begins; past its bound a decode is refused", () => {
   const frames = new Lz4Frames();
   const inputs = Array.from({ length: 12 }, (_, i) => records(2000 + i * 300, i));
-  const outputs = inputs.map((d) => frames.decode(lz4Cli(d, ["-B4"])));
+  const compressed = inputs.map((d, i) => lz4Cli(d, i % 2 === 0 ? ["-B4"] : ["-B5", "-BD"]));
+  // Far more than the memory first holds: it grows once, at the start of the run.
+  frames.begin(compressed.reduce((n, c) => n + lz4Bound(c), 0));
+  const outputs = compressed.map((c) => frames.decode(c));
   outputs.forEach((o, i) => assert.ok(o.equals(inputs[i] as Buffer), `output ${i}`));
+  frames.begin(lz4Bound(compressed[0] as Buffer));
+  assert.ok(frames.decode(compressed[0] as Buffer).equals(inputs[0] as Buffer));
+  assert.throws(() => frames.decode(compressed[11] as Buffer), /past the bound its run began with/);
 });
 
 test("a malformed frame throws kafka_batch_malformed wherever it is cut or broken, and never hangs", () => {
@@ -69,7 +80,7 @@ test("a malformed frame throws kafka_batch_malformed wherever it is cut or broke
   const frames = new Lz4Frames();
   const refused = (bytes: Buffer, what: string) =>
     assert.throws(
-      () => frames.decode(bytes),
+      () => decodeOne(frames, bytes),
       (err: unknown) => err instanceof ArchiverError && err.code === "kafka_batch_malformed" && !err.retryable,
       what,
     );
@@ -88,7 +99,7 @@ test("a malformed frame throws kafka_batch_malformed wherever it is cut or broke
   // Every byte of the first block's sequences flipped in turn: each either decodes (to something) or is refused.
   for (let at = 11; at < Math.min(frame.length, 600); at++) {
     try {
-      frames.decode(bad(at, (frame[at] as number) ^ 0xff));
+      decodeOne(frames, bad(at, (frame[at] as number) ^ 0xff));
     } catch (err) {
       assert.ok(err instanceof ArchiverError && err.code === "kafka_batch_malformed", `byte ${at}: ${String(err)}`);
     }
