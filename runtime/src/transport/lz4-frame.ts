@@ -131,12 +131,23 @@ export function lz4Bound(src: Uint8Array): number {
 
 let compiled: object | undefined;
 
+function instantiate(): Lz4Exports {
+  compiled ??= new WebAssembly.Module(Buffer.from(LZ4_MODULE, "base64"));
+  return new WebAssembly.Instance(compiled).exports as Lz4Exports;
+}
+
+/**
+ * The memory a decoder keeps between runs. The bench's blocks took 7-9 MB; a fetch of a few MiB of highly
+ * compressible records can take a hundred, which a lane would otherwise hold for good.
+ */
+const KEEP_BYTES = 32 << 20;
+
 /**
  * Decodes lz4 frames in the WebAssembly memory and hands out views of it, so the output is never copied. Views stay
  * valid until the next `begin`, which sizes the memory for a run of decodes up front: growing it detaches every view.
  */
 export class Lz4Frames {
-  readonly #wasm: Lz4Exports;
+  #wasm: Lz4Exports;
   #memory: Uint8Array;
   /** Where the next output goes. */
   #used = 0;
@@ -144,8 +155,7 @@ export class Lz4Frames {
   #bound = 0;
 
   constructor() {
-    compiled ??= new WebAssembly.Module(Buffer.from(LZ4_MODULE, "base64"));
-    this.#wasm = new WebAssembly.Instance(compiled).exports as Lz4Exports;
+    this.#wasm = instantiate();
     this.#memory = new Uint8Array(this.#wasm.memory.buffer);
   }
 
@@ -153,6 +163,8 @@ export class Lz4Frames {
   begin(bound: number): void {
     this.#used = 0;
     this.#bound = bound;
+    // A memory never shrinks: one grown past KEEP_BYTES by a large run is dropped at the next run that fits in less.
+    if (this.#wasm.memory.buffer.byteLength > KEEP_BYTES && bound <= KEEP_BYTES) this.#wasm = instantiate();
     const memory = this.#wasm.memory;
     if (memory.buffer.byteLength < bound) memory.grow(Math.ceil((bound - memory.buffer.byteLength) / PAGE));
     this.#memory = new Uint8Array(memory.buffer);

@@ -105,3 +105,17 @@ test("a malformed frame throws kafka_batch_malformed wherever it is cut or broke
     }
   }
 });
+
+test("memory a large run grew is given back at the next run that fits in less", () => {
+  const frames = new Lz4Frames();
+  const big = lz4Cli(Buffer.alloc(48 << 20, 0x61), ["-B4"]);
+  frames.begin(lz4Bound(big));
+  const out = frames.decode(big);
+  assert.ok(out.length === 48 << 20 && out.every((b) => b === 0x61));
+  const small = lz4Cli(records(100), []);
+  frames.begin(lz4Bound(small));
+  // The large run's view was of the memory dropped: still whole, and nothing decodes into it any more.
+  const again = frames.decode(small);
+  assert.ok(again.equals(records(100)) && again.buffer !== out.buffer && again.buffer.byteLength < 32 << 20);
+  assert.ok(out.buffer.byteLength > 48 << 20 && out[0] === 0x61);
+});
