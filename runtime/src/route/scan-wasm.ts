@@ -13,7 +13,7 @@ const KEY_STRIDE = 64;
 const SLOTS_AT = 1024;
 const SLOT_BYTES = 16;
 const RECORDS_AT = 67_584;
-/** Zeroed bytes kept past a record: the scan reads words near a record's end before checking how far it is. */
+/** Bytes kept past a record: the scan reads words near a record's end before checking how far it is. */
 const SLACK = 16;
 const PAGE = 65_536;
 

@@ -1,7 +1,7 @@
 ;; The validating scan of route/extract.ts, for records whose routed paths are all top-level plain keys: one pass over
 ;; a record that accepts exactly what JSON.parse accepts, and leaves at each routed key's slot the span and kind of the
 ;; key's last value. String bodies are scanned 16 bytes at a time (SIMD); the rest is the same state machine as
-;; extract.ts's parse. The caller (route/wasm-scan.ts) copies the records into memory and reads the slots.
+;; extract.ts's parse. The caller (route/scan-wasm.ts) copies each record into memory and reads the slots.
 ;;
 ;; Memory layout (bytes):
 ;;   0..255        HEX: a hex digit's value, 255 for any other byte
@@ -9,16 +9,14 @@
 ;;   512..1023     keys: u32 count, then per key u32 length and 60 bytes (KEY_STRIDE 64 from 516)
 ;;   1024..2047    slots, per key 16 bytes: u32 kind (0 absent, 1 scalar, 2 container), u32 start, u32 end, u32 escaped
 ;;   2048..67583   the container stack, a byte per depth (1 object, 2 array)
-;;   65536..       the records
+;;   67584..       the record, with 16 bytes of slack after it (the scan compares words there, never accepts them)
 (module
   (memory (export "memory") 2)
+  ;; Escapes met so far: a scan compares it before and after a string, so plain strings store nothing.
   (global $escapes (mut i32) (i32.const 0))
+  ;; The routed key the last $key named at depth 1, else -1.
+  (global $matched (mut i32) (i32.const -1))
 
-  (func (export "stackLimit") (result i32) (i32.const 65535))
-  (func (export "recordsAt") (result i32) (i32.const 67584))
-
-  ;; Result codes, as extract.ts's ScanResult, plus 3: a top-level key with an escape, left to the JavaScript scan.
-  ;; scan(p, n, maxDepth): the record is memory[p, n).
   ;; Records are mostly compact: the byte at p is rarely a space, and then no loop runs.
   (func $ws (param $p i32) (param $n i32) (result i32)
     (if (result i32) (i32.gt_u (i32.load8_u (local.get $p)) (i32.const 0x20))
@@ -167,6 +165,8 @@
   (func $slot (param $i i32) (result i32)
     (i32.add (i32.const 1024) (i32.shl (local.get $i) (i32.const 4))))
 
+  ;; scan(p, n, maxDepth), the record being memory[p, n): 0 valid, 1 invalid, 2 nested past maxDepth (extract.ts's
+  ;; ScanResult), or 3, left to the JavaScript scan: a top-level key written with an escape, or nesting past 65,535.
   (func (export "scan") (param $p i32) (param $n i32) (param $maxDepth i32) (result i32)
     (local $depth i32) (local $field i32) (local $c i32) (local $d i32) (local $open i32) (local $start i32)
     (local $esc i32) (local $i i32) (local $count i32)
@@ -271,8 +271,6 @@
             (br $close)))
         (return (i32.const 1))))
     (i32.const 1))
-
-  (global $matched (mut i32) (i32.const -1))
 
   (func $scalar (param $field i32) (param $start i32) (param $end i32)
     (local $at i32)

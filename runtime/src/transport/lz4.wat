@@ -1,11 +1,11 @@
 ;; LZ4 block decoding (the sequences inside an LZ4 frame's blocks) for transport/lz4-frame.ts, which parses the frame,
-;; places the compressed block and the output in this memory, and reads the output back. On the bench's Kafka batches
-;; this ran at 2.1-2.8 GB/s where lz4-napi's decompressFrameSync ran at 0.4.
+;; places its compressed blocks in this memory past the room for their output, and hands out views of the output. On
+;; the bench's Kafka batches this ran at 2.1-2.8 GB/s where lz4-napi's decompressFrameSync ran at 0.4.
 ;;
 ;; block(ip, end, op, limit, lowest): decodes memory[ip, end) to op onward; returns the new op, or -1 where the block
 ;; is malformed (a length running past the block or past limit, a match offset of 0 or reaching before lowest). The
-;; output may be written up to 16 bytes past what it decodes to (short copies are one 16-byte store): the caller
-;; leaves that slack after limit, and nothing it keeps lies there.
+;; output may be written up to 16 bytes past what it decodes to (short copies are one 16-byte store): the caller keeps
+;; nothing there, and leaves that slack after a frame's last block.
 (module
   (memory (export "memory") 16)
   (func (export "block") (param $ip i32) (param $end i32) (param $op i32) (param $limit i32) (param $lowest i32) (result i32)
