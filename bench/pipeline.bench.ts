@@ -57,6 +57,15 @@ async function main(): Promise<void> {
       `| ${what} | ${r.seconds.toFixed(2)} | ${rate(r.seconds)} | ${mbs(r.seconds)} | ${(r.cpu / (bytes / 1e9)).toFixed(1)} | ${(r.peakRss / MB).toFixed(0)} | ${r.heldBytesPerRecord.toFixed(3)} | ${r.firstSeconds.toFixed(2)} |`,
     );
   }
+  for (const [what, r] of [
+    ["platformatic", run],
+    ["kafkajs", runK],
+  ] as const) {
+    const parts = Object.entries(r.threads)
+      .sort((a, b) => b[1] - a[1])
+      .map(([kind, cpu]) => `${kind} ${cpu.toFixed(2)}`);
+    console.log(`CPU s by thread, ${what} run (of ${r.cpu.toFixed(2)}): ${parts.join(", ")}`);
+  }
   console.log(
     `\nratio to the slower limit (${kcat > zstd ? "kcat" : "zstd"}): ${(slower / run.seconds).toFixed(2)} (goal >= 0.50); to kcat ${(kcat / run.seconds).toFixed(2)}, to zstd ${(zstd / run.seconds).toFixed(2)}`,
   );

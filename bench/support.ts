@@ -1,7 +1,7 @@
 // Shared by the runtime benchmarks: the workload (about 700-byte JSON records over orgs x event types, produced with
 // kcat in lz4 batches) and a run of the real runtime as a child process, measured from outside (/proc and /metrics).
 import { execFileSync, spawn } from "node:child_process";
-import { createWriteStream, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createWriteStream, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { once } from "node:events";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -65,6 +65,38 @@ function procStats(pid: number): { cpu: number; rss: number } {
   return { cpu: ticks / 100, rss: Number(hwm ?? 0) * 1024 };
 }
 
+/** What each of the runtime's threads is, by the name Linux gives it. */
+const THREAD_KINDS: Record<string, ThreadKind> = {
+  MainThread: "event loop",
+  WorkerThread: "lanes",
+  V8Worker: "V8 helpers (GC, compilers)",
+  "libuv-worker": "libuv pool (files)",
+};
+export type ThreadKind = "event loop" | "lanes" | "V8 helpers (GC, compilers)" | "libuv pool (files)" | "other";
+
+/**
+ * Each thread's CPU seconds (user + system) by id, merged into `seen`: a thread that ends (a lane at shutdown) keeps
+ * its last reading. The process total alone hid where the time went: V8's GC threads and libuv's pool took a fifth of
+ * it.
+ */
+function readThreads(pid: number, seen: Map<string, { kind: ThreadKind; cpu: number }>): void {
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return;
+  }
+  for (const tid of tids) {
+    try {
+      const comm = readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim();
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+      seen.set(tid, { kind: THREAD_KINDS[comm] ?? "other", cpu: (Number(stat[11]) + Number(stat[12])) / 100 });
+    } catch {
+      // the thread ended between the listing and the read: its last reading stands
+    }
+  }
+}
+
 const POLL_MIN_MS = 100;
 const POLL_MAX_MS = 1000;
 
@@ -88,6 +120,8 @@ export interface RunResult {
   /** Until the first record was received: start-up and joining the group. */
   firstSeconds: number;
   cpu: number;
+  /** CPU seconds by kind of thread (see THREAD_KINDS), summing to about `cpu`. */
+  threads: Partial<Record<ThreadKind, number>>;
   peakRss: number;
   heldBytesPerRecord: number;
   /** The most staged_bytes and uploads_pending seen (object destinations). */
@@ -149,6 +183,7 @@ export async function runArchiver(
   let maxStagedBytes = 0;
   let maxUploadsPending = 0;
   let last: { cpu: number; rss: number };
+  const threads = new Map<string, { kind: ThreadKind; cpu: number }>();
   let seconds = 0;
   let receivedSeconds = 0;
   let firstSeconds = 0;
@@ -158,6 +193,7 @@ export async function runArchiver(
     await sleep(wait);
     if (proc.exitCode !== null) throw new Error(`archiver exited ${proc.exitCode}`);
     last = procStats(pid);
+    readThreads(pid, threads);
     const text = await fetch(`http://${addr}/metrics`).then(
       (r) => r.text(),
       () => "",
@@ -185,6 +221,7 @@ export async function runArchiver(
     try {
       const s = procStats(pid);
       if (s.rss > 0) last = s;
+      readThreads(pid, threads);
     } catch {
       // gone: the last reading stands
     }
@@ -199,6 +236,10 @@ export async function runArchiver(
     receivedSeconds,
     firstSeconds,
     cpu: last.cpu,
+    threads: [...threads.values()].reduce<Partial<Record<ThreadKind, number>>>(
+      (sum, t) => ({ ...sum, [t.kind]: (sum[t.kind] ?? 0) + t.cpu }),
+      {},
+    ),
     peakRss: last.rss,
     heldBytesPerRecord: held ? heldBytes / held : 0,
     maxStagedBytes,
