@@ -58,11 +58,16 @@ export function produceFile(topic: string, file: string, extra: string[] = []): 
 }
 
 /** CPU seconds so far and peak RSS (VmHWM) of a process. */
+/** CPU seconds (user + system) in a /proc stat file of a process or one of its threads. */
+function cpuSeconds(statPath: string): number {
+  const stat = readFileSync(statPath, "utf8").split(") ")[1]?.split(" ") ?? [];
+  return (Number(stat[11]) + Number(stat[12])) / 100;
+}
+
 function procStats(pid: number): { cpu: number; rss: number } {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
-  const ticks = Number(stat[11]) + Number(stat[12]);
+  const cpu = cpuSeconds(`/proc/${pid}/stat`);
   const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
-  return { cpu: ticks / 100, rss: Number(hwm ?? 0) * 1024 };
+  return { cpu, rss: Number(hwm ?? 0) * 1024 };
 }
 
 /** What each of the runtime's threads is, by the name Linux gives it. */
@@ -76,7 +81,7 @@ export type ThreadKind = "event loop" | "lanes" | "V8 helpers (GC, compilers)" |
 
 /**
  * Each thread's CPU seconds (user + system) by id, merged into `seen`: a thread that ends (a lane at shutdown) keeps
- * its last reading. The process total alone hid where the time went: V8's GC threads and libuv's pool took a fifth of
+ * its last reading. The process total alone hid where the time went: V8's GC threads and libuv's pool took a third of
  * it.
  */
 function readThreads(pid: number, seen: Map<string, { kind: ThreadKind; cpu: number }>): void {
@@ -89,8 +94,7 @@ function readThreads(pid: number, seen: Map<string, { kind: ThreadKind; cpu: num
   for (const tid of tids) {
     try {
       const comm = readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim();
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
-      seen.set(tid, { kind: THREAD_KINDS[comm] ?? "other", cpu: (Number(stat[11]) + Number(stat[12])) / 100 });
+      seen.set(tid, { kind: THREAD_KINDS[comm] ?? "other", cpu: cpuSeconds(`/proc/${pid}/task/${tid}/stat`) });
     } catch {
       // the thread ended between the listing and the read: its last reading stands
     }
@@ -231,15 +235,14 @@ export async function runArchiver(
   if (code !== 0) throw new Error(`archiver exited ${code} after SIGTERM`);
   if (o.until !== "archived") seconds = Number(process.hrtime.bigint() - t0) / 1e9;
   rmSync(dir, { recursive: true, force: true });
+  const byKind: Partial<Record<ThreadKind, number>> = {};
+  for (const t of threads.values()) byKind[t.kind] = (byKind[t.kind] ?? 0) + t.cpu;
   return {
     seconds,
     receivedSeconds,
     firstSeconds,
     cpu: last.cpu,
-    threads: [...threads.values()].reduce<Partial<Record<ThreadKind, number>>>(
-      (sum, t) => ({ ...sum, [t.kind]: (sum[t.kind] ?? 0) + t.cpu }),
-      {},
-    ),
+    threads: byKind,
     peakRss: last.rss,
     heldBytesPerRecord: held ? heldBytes / held : 0,
     maxStagedBytes,
