@@ -214,8 +214,9 @@ class Lanes {
   }
 
   /**
-   * Starts every lane's thread now, while the transport joins its group: a lane started by the first batch loaded
-   * its modules (0.3 s) with that batch waiting. An idle lane keeps no process alive.
+   * Starts every lane's thread now, while the transport loads and joins its group: a lane started by the first batch
+   * loaded its modules (0.3 s) with that batch waiting, and one started after the transport's import routed the first
+   * batch 0.35 s after it arrived, against 0.15 s started before. An idle lane keeps no process alive.
    */
   start(): void {
     for (let i = 0; i < this.#size; i++) this.#lane(i);

@@ -9,6 +9,7 @@ import type { KafkaDlq } from "../dlq/kafka.ts";
 import { ArchiverError } from "../errors.ts";
 import type { Health } from "../observe/health.ts";
 import type { Metrics } from "../observe/metrics.ts";
+import { codecLanes } from "../codec/lanes.ts";
 import { Pipeline, type PipelineExit } from "../pipeline.ts";
 import { resolveMemoryLimit } from "../regulate/memory.ts";
 import { openStore } from "../store/open.ts";
@@ -167,6 +168,9 @@ export class Supervisor {
       log.warn({ reason: idle }, "idle until configured: no broker connection, no listener");
       return { ok: true };
     }
+    // Before the transport: the lanes load their modules on their own threads while the event loop loads the Kafka
+    // client's (0.5 s, most of it ajv compiling its option schemas).
+    codecLanes().start();
     for (let failures = 0; ;) {
       let dlq: KafkaDlq | undefined;
       let transport: Transport | undefined;
