@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, mkdirSync, mkdtempSync, openSync, rmSync, statfsSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { kafkaTopic, minioBucket, minioArchive, need, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
@@ -49,9 +49,11 @@ test("a full staging spool holds the stream and loses nothing once space frees",
     dlq: { enabled: false },
     logger: { level: "warn" },
   });
-  // Fill the spool once the archiver is up, leaving about half a megabyte: the stream needs several.
+  // Fill the spool once the archiver is up, leaving about half a megabyte: the stream needs several. Filled to what is
+  // free now, not by a fixed size: the archiver has staged an unknown amount by then, and a filler past the free space
+  // failed the test itself.
   const filler = join(mount, "filler");
-  writeFileSync(filler, Buffer.alloc(3_600_000));
+  fillUntil(filler, mount, 512 << 10);
   await waitFor(
     async () => (await a.metric("archive_errors_total")) > 0,
     60_000,
@@ -78,3 +80,24 @@ test("a full staging spool holds the stream and loses nothing once space frees",
   assert.equal(ids.size, N, "every record archived");
   assert.equal(dropped, 0);
 });
+
+/**
+ * Appends zeros to `file` until `fs` has at most `leave` bytes free; a write the archiver's own writes beat to the last
+ * bytes (ENOSPC) ends it as full.
+ */
+function fillUntil(file: string, fs: string, leave: number): void {
+  const chunk = Buffer.alloc(64 << 10);
+  const fd = openSync(file, "w");
+  try {
+    for (;;) {
+      const { bavail, bsize } = statfsSync(fs);
+      const room = bavail * bsize - leave;
+      if (room <= 0) return;
+      writeSync(fd, chunk, 0, Math.min(chunk.length, room));
+    }
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOSPC") throw err;
+  } finally {
+    closeSync(fd);
+  }
+}
