@@ -57,13 +57,13 @@ export function produceFile(topic: string, file: string, extra: string[] = []): 
   execFileSync("kcat", ["-P", "-b", need("TESTBED_KAFKA_BROKERS"), "-t", topic, "-z", "lz4", ...extra, "-l", file]);
 }
 
-/** CPU seconds so far and peak RSS (VmHWM) of a process. */
 /** CPU seconds (user + system) in a /proc stat file of a process or one of its threads. */
 function cpuSeconds(statPath: string): number {
   const stat = readFileSync(statPath, "utf8").split(") ")[1]?.split(" ") ?? [];
   return (Number(stat[11]) + Number(stat[12])) / 100;
 }
 
+/** CPU seconds so far and peak RSS (VmHWM) of a process. */
 function procStats(pid: number): { cpu: number; rss: number } {
   const cpu = cpuSeconds(`/proc/${pid}/stat`);
   const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
