@@ -7,7 +7,7 @@ import { createRouter, TOO_DEEP } from "./route/router.ts";
 import { routeBatch, type RouteSpec, type Routed, type RoutedChunk, type RoutedGroup } from "./route/block.ts";
 import { HotBufferPool, type FlushBatch } from "./buffer/hot.ts";
 import { createCodec, readBlocks, type Codec } from "./codec/index.ts";
-import { codecLanes } from "./codec/lanes.ts";
+import { codecLanes, releaseShared } from "./codec/lanes.ts";
 import type { DeadLetter, KafkaDlq } from "./dlq/kafka.ts";
 import { createWriterPool, type CompletedFile, type WriterPool } from "./archive/writers.ts";
 import { parsePathTemplate } from "./archive/path.ts";
@@ -265,32 +265,42 @@ export class Pipeline implements TransportSink {
         this.#endTurnSoon();
       }
       this.#countRouting(routed);
-      let last = -1;
-      const turnRecords = this.#cfg.kafka.batch_size * TURN_BATCHES;
-      for (let i = 0; i < routed.chunks.length;) {
-        // As many chunks as a turn takes are buffered together, with back-pressure between turns.
-        const chunks: RoutedChunk[] = [];
-        let records = 0;
-        do {
-          const chunk = routed.chunks[i++] as RoutedChunk;
-          chunks.push(chunk);
-          records += chunk.records;
-        } while (i < routed.chunks.length && records + (routed.chunks[i]?.records ?? 0) <= turnRecords);
-        if (!(await this.#buffer({ batch, slot, assignment, chunks }))) return;
-        for (const chunk of chunks) {
-          last = chunk.lastOffset;
-          this.#receivedUpTo(batch, slot, last, chunk.records);
-        }
-        this.#latch.check();
-        while (this.#saturated() && !this.#refusing()) await new Promise<void>((r) => this.#waiters.push(r));
-      }
-      // Control records after the last data record still take offsets.
-      const covered = batch.encoded?.lastOffset ?? last;
-      if (covered > last && !this.#refusing() && this.#tracker.assignment(slot) === assignment) {
-        this.#receivedUpTo(batch, slot, covered, 0);
+      try {
+        await this.#bufferRouted(batch, slot, assignment, routed);
+      } finally {
+        // Every chunk was buffered (copied) or let go, and none waits in #pendingChunks: the reply is read no more.
+        codecLanes().recycle(routed.memory);
       }
     } finally {
       if (--this.#batchesRunning === 0) this.#batchesIdle?.();
+    }
+  }
+
+  /** Buffers a routed batch's chunks a turn's records at a time, with back-pressure between turns. */
+  async #bufferRouted(batch: InboundBatch, slot: number, assignment: number, routed: Routed): Promise<void> {
+    let last = -1;
+    const turnRecords = this.#cfg.kafka.batch_size * TURN_BATCHES;
+    for (let i = 0; i < routed.chunks.length;) {
+      // As many chunks as a turn takes are buffered together, with back-pressure between turns.
+      const chunks: RoutedChunk[] = [];
+      let records = 0;
+      do {
+        const chunk = routed.chunks[i++] as RoutedChunk;
+        chunks.push(chunk);
+        records += chunk.records;
+      } while (i < routed.chunks.length && records + (routed.chunks[i]?.records ?? 0) <= turnRecords);
+      if (!(await this.#buffer({ batch, slot, assignment, chunks }))) return;
+      for (const chunk of chunks) {
+        last = chunk.lastOffset;
+        this.#receivedUpTo(batch, slot, last, chunk.records);
+      }
+      this.#latch.check();
+      while (this.#saturated() && !this.#refusing()) await new Promise<void>((r) => this.#waiters.push(r));
+    }
+    // Control records after the last data record still take offsets.
+    const covered = batch.encoded?.lastOffset ?? last;
+    if (covered > last && !this.#refusing() && this.#tracker.assignment(slot) === assignment) {
+      this.#receivedUpTo(batch, slot, covered, 0);
     }
   }
 
@@ -392,7 +402,8 @@ export class Pipeline implements TransportSink {
       const end = g.ends[i] ?? start;
       hold.add(slot, offset);
       letters.push({
-        payload: g.data.subarray(start, end - 1),
+        // A copy: the reply's memory goes back to the lanes while the DLQ still holds its letters.
+        payload: Buffer.from(g.data.subarray(start, end - 1)),
         reason,
         destination,
         topic: batch.topic,
@@ -482,6 +493,8 @@ export class Pipeline implements TransportSink {
     const next = (prev ?? Promise.resolve())
       .then(() =>
         this.#appendHeld(b, bytes).then(() => {
+          // The frame is on file and its lane has answered: nothing reads the flushed records again.
+          releaseShared(b.data);
           this.#m.messagesWritten.inc(b.records);
           this.#m.bytesWritten.inc(bytes);
           this.#m.flushDuration.observe((performance.now() - started) / 1000);

@@ -29,7 +29,7 @@ export interface FlushBatch {
 
 /** Records of one destination and partition slot, end to end, each followed by a newline (a routed group). */
 export interface BufferedRecords {
-  readonly data: Uint8Array;
+  readonly data: Buffer;
   /** Per record, one past its newline in `data`. */
   readonly ends: Uint32Array;
   readonly offsets: Float64Array;
@@ -147,7 +147,8 @@ export class HotBufferPool {
       b.hold = this.#opts.openHold();
       b.openedAt = this.#now();
     }
-    b.data.set(records.data.subarray(base, base + bytes), start);
+    // Buffer#copy, a memcpy: a route reply is shared memory, which TypedArray#set reads a byte at a time.
+    records.data.copy(b.data, start, base, base + bytes);
     b.length = need;
     if (b.ends === undefined || b.offsets === undefined || b.records + count > b.ends.length) {
       b.ends = grown(Uint32Array, b.ends, b.records, b.records + count);

@@ -224,7 +224,7 @@ async function run(batch: LaneBatch): Promise<LaneReply> {
   const count = jobs.length / JOB_FIELDS;
   const lengths = new Int32Array(count);
   const failures: Record<number, LaneFailure> = {};
-  const owned: Record<number, ArrayBuffer> = {};
+  const owned: Record<number, SharedArrayBuffer> = {};
   out.end = 0;
   for (let i = 0, at = 0; i < count; i++, at += JOB_FIELDS) {
     const op = LANE_OPS[jobs[at] ?? -1];
@@ -244,8 +244,8 @@ async function run(batch: LaneBatch): Promise<LaneReply> {
       else if (op === "compress") lengths[i] = await compress(arg, input, out);
       else if (op === "decompress") lengths[i] = await decompress(arg, input, out);
       else if (op === "route") {
-        // A reply of its own, exactly its size, moved as it is: a batch's routed records, megabytes, copied nowhere.
-        const reply = routeBlock(input);
+        // A reply of its own, in shared memory: a batch's routed records, megabytes, copied nowhere.
+        const reply = routeBlock(input, replyMemory);
         owned[i] = reply.buffer;
         lengths[i] = reply.length;
       } else throw new Error(`unknown lane op ${jobs[at]}`);
@@ -263,12 +263,36 @@ async function run(batch: LaneBatch): Promise<LaneReply> {
   return { id: batch.id, lengths, data: out.bytes.slice(0, out.end).buffer, owned, failures };
 }
 
+/**
+ * Route replies' memory the event loop gave back (see lanes.ts recycle), the largest kept: a fetch's pieces, six or
+ * so a lane, are routed before their predecessors come back, and with four kept half the bench's replies took fresh
+ * memory.
+ */
+const spares: SharedArrayBuffer[] = [];
+const SPARES_KEPT = 8;
+
+/**
+ * The smallest spare that holds `size` bytes, else fresh memory with room for larger replies to come (a fetch's
+ * pieces grew from 6 to 9 MB over the bench's run); pages a reply never writes are never faulted in.
+ */
+function replyMemory(size: number): SharedArrayBuffer {
+  let best = -1;
+  for (let i = 0; i < spares.length; i++) {
+    const length = (spares[i] as SharedArrayBuffer).byteLength;
+    if (length >= size && (best < 0 || length < (spares[best] as SharedArrayBuffer).byteLength)) best = i;
+  }
+  if (best >= 0) return spares.splice(best, 1)[0] as SharedArrayBuffer;
+  return new SharedArrayBuffer(alignOutput(size + (size >> 1)));
+}
+
 // Batches run one after another, snappy's awaits included, so appends to one descriptor keep their order.
 let tail = Promise.resolve();
 port.on("message", (batch: LaneBatch) => {
+  spares.push(...batch.spares);
+  spares.sort((a, b) => b.byteLength - a.byteLength).splice(SPARES_KEPT);
   tail = tail
     .then(() => run(batch))
-    .then((reply) => port.postMessage(reply, [reply.data, reply.lengths.buffer, ...Object.values(reply.owned)]))
+    .then((reply) => port.postMessage(reply, [reply.data, reply.lengths.buffer]))
     // Not a job's failure (each is answered in its reply): the lane ends, and its jobs are retried on a fresh one.
     .catch((err: unknown) =>
       process.nextTick(() => {

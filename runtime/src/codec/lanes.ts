@@ -29,30 +29,69 @@ export interface LaneBatch {
   readonly jobs: Int32Array<ArrayBuffer>;
   readonly data: ArrayBuffer;
   readonly shared: readonly SharedArrayBuffer[];
+  /** Route replies' memory the event loop is done with, for the lane's next replies (see recycle). */
+  readonly spares: readonly SharedArrayBuffer[];
 }
 export const JOB_FIELDS = 6;
 const ROUTE = LANE_OPS.indexOf("route");
 const IN_DATA = -1;
+/** Route replies' memory waiting to go back to the lane that wrote it, at most this many a lane. */
+const SPARES_HELD = 8;
+/** The lane each route reply's memory came from, so it goes back there: a lane reuses what its own replies used. */
+const replyLane = new WeakMap<SharedArrayBuffer, Lane>();
 
 const SHARED_CHUNK = 4 << 20;
-let sharedChunk: SharedArrayBuffer | undefined;
+/** Chunks kept for reuse once every copy in them is released (128 MiB at most); never more than were in use at once. */
+const IDLE_CHUNKS = 32;
+
+/** A chunk of shared memory copies are carved from, and how many of them are not yet released. */
+interface SharedChunk {
+  readonly memory: SharedArrayBuffer;
+  live: number;
+}
+
+let sharedChunk: SharedChunk | undefined;
 let sharedUsed = 0;
+const idleChunks: SharedChunk[] = [];
+/** The copies carved from a chunk and not yet released, each with its chunk. */
+const issued = new WeakMap<Uint8Array, SharedChunk>();
 
 /**
  * A copy of `bytes` in memory the lanes share, so a job given it reads it where it lies rather than from a copy in
  * its message: what a hot buffer flushes is copied once on the event loop, not twice. Copies are carved from 4 MiB
- * chunks, each freed once no copy in it is referenced.
+ * chunks. A chunk whose copies were all released (releaseShared) is carved again; one with a copy never released is
+ * freed by the collector once nothing references it. V8 does not count shared memory towards its collections, so
+ * fresh chunks (1.4 GB of them on the 2M-record bench, each zeroed and faulted in) waited for collections that other
+ * memory started.
  */
 export function sharedCopy(bytes: Uint8Array): Buffer {
   const n = bytes.length;
   if (n > SHARED_CHUNK / 4) return fillFrom(Buffer.from(new SharedArrayBuffer(n)), bytes);
   if (sharedChunk === undefined || sharedUsed + n > SHARED_CHUNK) {
-    sharedChunk = new SharedArrayBuffer(SHARED_CHUNK);
+    if (sharedChunk !== undefined && sharedChunk.live === 0) idle(sharedChunk);
+    sharedChunk = idleChunks.pop() ?? { memory: new SharedArrayBuffer(SHARED_CHUNK), live: 0 };
     sharedUsed = 0;
   }
-  const copy = fillFrom(Buffer.from(sharedChunk, sharedUsed, n), bytes);
+  const copy = fillFrom(Buffer.from(sharedChunk.memory, sharedUsed, n), bytes);
   sharedUsed = alignOutput(sharedUsed + n);
+  sharedChunk.live++;
+  issued.set(copy, sharedChunk);
   return copy;
+}
+
+/**
+ * Gives back a copy made by sharedCopy, once no one reads it again: the lane that read it has answered its job. A
+ * copy released twice, or a buffer sharedCopy did not return, is ignored, so no chunk is reused under a live copy.
+ */
+export function releaseShared(copy: Uint8Array): void {
+  const chunk = issued.get(copy);
+  if (chunk === undefined) return;
+  issued.delete(copy);
+  if (--chunk.live === 0 && chunk !== sharedChunk) idle(chunk);
+}
+
+function idle(chunk: SharedChunk): void {
+  if (idleChunks.length < IDLE_CHUNKS) idleChunks.push(chunk);
 }
 
 /**
@@ -73,13 +112,14 @@ export type LaneFailure =
 
 /**
  * The reply: per job its output's length (0 for an append; a compressAppend's output is its frame's length as a u32),
- * or -1 with its failure in `failures`. An output lies in `data`, or, for a route, alone in its buffer in `owned`.
+ * or -1 with its failure in `failures`. An output lies in `data`, or, for a route, at the start of its own shared
+ * memory in `owned` (see recycle).
  */
 export interface LaneReply {
   readonly id: number;
   readonly lengths: Int32Array<ArrayBuffer>;
   readonly data: ArrayBuffer;
-  readonly owned: Readonly<Record<number, ArrayBuffer>>;
+  readonly owned: Readonly<Record<number, SharedArrayBuffer>>;
   readonly failures: Readonly<Record<number, LaneFailure>>;
 }
 
@@ -108,6 +148,8 @@ class Lane {
   load = 0;
   /** Of those, routes: each a whole batch, the costliest job by far, so what picking a lane for a route reads. */
   routes = 0;
+  /** Its route replies' memory, recycled (Lanes.recycle), to go back with its next message. */
+  readonly spares: SharedArrayBuffer[] = [];
 
   constructor(onGone: (lane: Lane, why: string) => void) {
     this.worker = new Worker(WORKER_URL);
@@ -162,7 +204,11 @@ class Lane {
     }
     const id = this.#nextId++;
     this.#sent.set(id, { jobs: queued.map((q) => q.job), routes: queued.filter((q) => q.op === ROUTE).length });
-    this.worker.postMessage({ id, jobs, data: data.buffer, shared } satisfies LaneBatch, [data.buffer, jobs.buffer]);
+    const back = this.spares.splice(0);
+    this.worker.postMessage({ id, jobs, data: data.buffer, shared, spares: back } satisfies LaneBatch, [
+      data.buffer,
+      jobs.buffer,
+    ]);
   }
 
   #settle(reply: LaneReply): void {
@@ -181,6 +227,7 @@ class Lane {
       }
       const own = reply.owned[i];
       if (own !== undefined) {
+        replyLane.set(own, this);
         job.resolve(Buffer.from(own, 0, length));
         continue;
       }
@@ -234,6 +281,21 @@ class Lanes {
     let best = 0;
     for (let i = 1; i < this.#size; i++) if (weigh(this.#lanes[i]) < weigh(this.#lanes[best])) best = i;
     return this.#add(best, index, arg, -1, input);
+  }
+
+  /**
+   * Takes back route replies' memory (Routed.memory) once nothing reads it again: it goes to a lane with its next
+   * message, and that lane writes later replies into it, so the caller must hold no view of it. Route replies are
+   * shared memory because V8 counts shared memory towards no collection: a reply moved here as an ArrayBuffer, 8.7
+   * MB on the bench's fetches, counted towards the event loop's, and V8 starts a full collection once counted memory
+   * rises 64 MB above its lowest since the last: replies arriving and leaving started one every 0.3 s (20 a run).
+   * Since nothing collects shared memory on its account, it is recycled here rather than left to the collector.
+   */
+  recycle(memory: readonly SharedArrayBuffer[]): void {
+    for (const m of memory) {
+      const lane = replyLane.get(m);
+      if (lane !== undefined && lane.spares.length < SPARES_HELD) lane.spares.push(m);
+    }
   }
 
   /** Appends `frame` at the end of `fd` (opened for append), always on the same lane, so appends keep their order. */

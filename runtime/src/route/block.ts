@@ -53,6 +53,11 @@ export interface Routed {
   readonly tooDeep: number;
   /** Per expression field, in order: records that took the default segment. */
   readonly fallbacks: readonly number[];
+  /**
+   * The shared memory the groups are views of: given back to the lanes (codecLanes().recycle, which takes only what a
+   * lane wrote) once nothing reads the groups again, for their next replies.
+   */
+  readonly memory: readonly SharedArrayBuffer[];
 }
 
 const NEWLINE = 0x0a;
@@ -169,8 +174,16 @@ const visited = new Visited();
 /** A block's lz4 batches, decoded in its memory and read there until the reply is encoded. */
 let lz4: Lz4Frames | undefined;
 
-/** Routes one block (the lane's side); the reply, laid out as the header comment says, fills a buffer of its own. */
-export function routeBlock(block: Uint8Array): Uint8Array<ArrayBuffer> {
+/** Shared memory for a reply of `size` bytes: at least that many, all of it the reply's. */
+export type ReplyMemory = (size: number) => SharedArrayBuffer;
+
+const freshMemory: ReplyMemory = (size) => new SharedArrayBuffer(size);
+
+/**
+ * Routes one block (the lane's side); the reply, laid out as the header comment says, fills the start of shared
+ * memory of its own, from `memory`.
+ */
+export function routeBlock(block: Uint8Array, memory: ReplyMemory = freshMemory): Uint8Array<SharedArrayBuffer> {
   const view = new DataView(block.buffer, block.byteOffset, block.byteLength);
   const text = Buffer.from(block.buffer, block.byteOffset, block.byteLength);
   let p = 0;
@@ -236,7 +249,7 @@ export function routeBlock(block: Uint8Array): Uint8Array<ArrayBuffer> {
       values += length;
     }
   } else throw new Error(`unknown route block kind ${kind}`);
-  return encodeReply(chunks, groups, sources, router, spec.fields);
+  return encodeReply(chunks, groups, sources, router, spec.fields, memory);
 }
 
 const align8 = (n: number): number => (n + 7) & ~7;
@@ -255,7 +268,8 @@ function encodeReply(
   sources: readonly Buffer[],
   router: Router,
   fields: readonly string[],
-): Uint8Array<ArrayBuffer> {
+  memory: ReplyMemory,
+): Uint8Array<SharedArrayBuffer> {
   const stats = router.drainStats();
   const keys = new Map<string, Buffer>();
   let size = 8;
@@ -273,7 +287,9 @@ function encodeReply(
     }
   }
   size += 12 + fields.length * 4;
-  const out = Buffer.from(new ArrayBuffer(size));
+  // Recycled memory holds an earlier reply: every byte read back is written here first (the pads are never read).
+  // Records go in with Buffer#copy, a memcpy into shared memory as into any other at this size.
+  const out = Buffer.from(memory(size), 0, size);
   const view = new DataView(out.buffer, out.byteOffset, out.length);
   const cursors: Cursor[] = new Array<Cursor>(groups.length);
   view.setUint32(0, chunks.length, true);
@@ -319,7 +335,7 @@ function encodeReply(
   fields.forEach((field, i) => {
     view.setUint32(p + i * 4, fields.indexOf(field) === i ? (stats.fallbacks.get(field) ?? 0) : 0, true);
   });
-  return new Uint8Array(out.buffer);
+  return new Uint8Array(out.buffer, 0, size);
 }
 
 /**
@@ -361,7 +377,8 @@ export function readRouted(bytes: Uint8Array): Routed {
   p += 12;
   const fallbacks: number[] = [];
   for (let i = 0; i < fieldCount; i++) fallbacks.push(view.getUint32(p + i * 4, true));
-  return { chunks, errors, tooDeep, fallbacks };
+  const memory = aligned.buffer instanceof SharedArrayBuffer ? [aligned.buffer] : [];
+  return { chunks, errors, tooDeep, fallbacks, memory };
 }
 
 /**
@@ -389,6 +406,7 @@ export async function routeBatch(spec: RouteSpec, batch: InboundBatch): Promise<
         errors: parts.reduce((n, r) => n + r.errors, 0),
         tooDeep: parts.reduce((n, r) => n + r.tooDeep, 0),
         fallbacks: spec.fields.map((_, i) => parts.reduce((n, r) => n + (r.fallbacks[i] ?? 0), 0)),
+        memory: parts.flatMap((r) => r.memory),
       };
     }
   }

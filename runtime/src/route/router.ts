@@ -128,6 +128,12 @@ function textHash(buf: Uint8Array, x: Extractor): number {
   return h;
 }
 
+/** Whether a field holds an object or array: a loop, where TypedArray#includes is a call out of compiled code. */
+function hasContainer(kinds: Uint8Array): boolean {
+  for (let i = 0; i < kinds.length; i++) if (kinds[i] === FieldKind.Container) return true;
+  return false;
+}
+
 function sameText(text: Uint8Array, buf: Uint8Array, x: Extractor): boolean {
   let at = 0;
   for (let i = 0; i < x.kinds.length; i++) {
@@ -197,7 +203,7 @@ class RecordRouter implements Router {
       this.tooDeep++;
       return TOO_DEEP;
     }
-    if (result === ScanResult.Invalid || x.kinds.includes(FieldKind.Container)) {
+    if (result === ScanResult.Invalid || hasContainer(x.kinds)) {
       this.errors++;
       return head ?? this.defaultSeg;
     }

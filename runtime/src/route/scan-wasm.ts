@@ -89,7 +89,9 @@ export class WasmScanner {
   scan(buf: Uint8Array, start: number, end: number, maxDepth: number): number {
     const length = end - start;
     if (RECORDS_AT + length + SLACK > this.#bytes.length) this.#grow(RECORDS_AT + length + SLACK);
-    this.#bytes.set(buf.subarray(start, end), RECORDS_AT);
+    // Buffer#copy where it can: a subarray and TypedArray#set a record took more than the copy itself.
+    if (Buffer.isBuffer(buf)) buf.copy(this.#bytes, RECORDS_AT, start, end);
+    else this.#bytes.set(buf.subarray(start, end), RECORDS_AT);
     // The slack after this record may hold the tail of a longer one: the scan only ever compares it, never accepts it.
     return this.#exports.scan(RECORDS_AT, RECORDS_AT + length, Math.min(maxDepth, 0x7fffffff));
   }
