@@ -33,9 +33,6 @@ test("a full staging spool holds the stream and loses nothing once space frees",
   const topic = await kafkaTopic(t, { partitions: 2 });
   const groupId = uniqueName("g");
   const bucket = await minioBucket(t);
-  await produce(topic, N, (i) => ({
-    value: JSON.stringify({ id: i, _org_id: `org-${i % 4}`, r: randomBytes(120).toString("hex") }),
-  }));
   const a = await startArchiver(t, {
     kafka: { brokers: need("TESTBED_KAFKA_BROKERS").split(","), group_id: groupId, topics: [topic] },
     archive: {
@@ -49,11 +46,14 @@ test("a full staging spool holds the stream and loses nothing once space frees",
     dlq: { enabled: false },
     logger: { level: "warn" },
   });
-  // Fill the spool once the archiver is up, leaving about half a megabyte: the stream needs several. Filled to what is
-  // free now, not by a fixed size: the archiver has staged an unknown amount by then, and a filler past the free space
-  // failed the test itself.
+  // Fill the spool once the archiver is up (its startup check refuses a spool below min_free_spool_bytes), leaving
+  // about half a megabyte, and only then produce: the stream needs several megabytes. Produced before, the records
+  // were all archived by the time the spool was full, and nothing more was written to fail.
   const filler = join(mount, "filler");
   fillUntil(filler, mount, 512 << 10);
+  await produce(topic, N, (i) => ({
+    value: JSON.stringify({ id: i, _org_id: `org-${i % 4}`, r: randomBytes(120).toString("hex") }),
+  }));
   await waitFor(
     async () => (await a.metric("archive_errors_total")) > 0,
     60_000,
