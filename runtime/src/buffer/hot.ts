@@ -5,7 +5,7 @@
 // and keeps its block for the next destination, since destinations churning through 64 buffers would otherwise
 // allocate (and fault in) a fresh block at every eviction.
 import type { Hold } from "../delivery/hold.ts";
-import { sharedCopy } from "../codec/lanes.ts";
+import { copyInto, sharedCopy } from "../codec/lanes.ts";
 
 export const HOT_BUFFER_COUNT = 64;
 const FIRST_ALLOC = 16 * 1024;
@@ -147,8 +147,8 @@ export class HotBufferPool {
       b.hold = this.#opts.openHold();
       b.openedAt = this.#now();
     }
-    // Buffer#copy, a memcpy: a route reply is shared memory, which TypedArray#set reads a byte at a time.
-    records.data.copy(b.data, start, base, base + bytes);
+    // A route reply is shared memory: copyInto, since Buffer#copy of a whole group went a byte at a time.
+    copyInto(b.data, start, records.data.subarray(base, base + bytes));
     b.length = need;
     if (b.ends === undefined || b.offsets === undefined || b.records + count > b.ends.length) {
       b.ends = grown(Uint32Array, b.ends, b.records, b.records + count);

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { createCodec } from "../../src/codec/index.ts";
-import { releaseShared, sharedCopy } from "../../src/codec/lanes.ts";
+import { copyInto, releaseShared, sharedCopy } from "../../src/codec/lanes.ts";
 import { createFileStore } from "../../src/store/file.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "lanes-test-"));
@@ -157,4 +157,28 @@ test("a shared chunk whose copies were all released is carved again; one with a 
   assert.ok(!later.some((c) => c.buffer === held[0]?.buffer), "a chunk with a copy still held was carved again");
   assert.ok(intact(held[3] as Buffer, 1), "the copy still held was overwritten");
   later.forEach((c, i) => assert.ok(intact(c, 3 + i), `copy ${i} does not hold what was copied`));
+});
+
+test("copyInto copies shared memory to any offset exactly, and an empty copy touches nothing", () => {
+  const shared = Buffer.from(new SharedArrayBuffer(4096));
+  for (let i = 0; i < shared.length; i++) shared[i] = (i * 7 + 3) & 0xff;
+  for (const [from, length, at] of [
+    [0, 4096, 1],
+    [5, 1000, 3],
+    [8, 8, 0],
+    [1, 0, 9],
+  ] as const) {
+    const into = Buffer.alloc(4200, 0xee);
+    copyInto(into, at, shared.subarray(from, from + length));
+    assert.deepEqual(into.subarray(at, at + length), shared.subarray(from, from + length));
+    assert.ok(
+      into.subarray(0, at).every((b) => b === 0xee),
+      "bytes before the copy changed",
+    );
+    assert.ok(
+      into.subarray(at + length).every((b) => b === 0xee),
+      "bytes after the copy changed",
+    );
+  }
+  assert.throws(() => copyInto(Buffer.alloc(4), 2, Buffer.alloc(3)), RangeError);
 });
