@@ -113,3 +113,44 @@ test("a lane writes later replies into memory given back, and they read as repli
   assert.equal(second.memory[0]?.byteLength, size, "the reply was not written into the memory given back");
   assert.deepEqual(plain(second), plain(readRouted(routeBlock(encodeRouteBlock(spec, small)))));
 });
+
+/** Per chunk, each group's key and its records' text, in the reply's order. */
+const grouped = (r: Routed) => r.chunks.map((c) => c.groups.map((g) => [g.key, g.data.toString()]));
+
+test("one group per key and chunk, even when a record that cannot be read takes a key a readable one has", () => {
+  // Without a topic, a record that is not JSON takes the default segment alone, as does one whose only field is
+  // missing or blank: two ways to one key, which must still share one group, in record order.
+  const oneField: RouteSpec = { ...spec, fields: ["_org_id"], chunk: 100 };
+  const push = (vals: string[]) => ({ ...batch(vals), topic: undefined });
+  const vals = ['{"_org_id":"a"}', "not json", "{}", '{"_org_id":"a","n":2}', '{"_org_id":" "}', "[1"];
+  const routed = readRouted(Buffer.from(routeBlock(encodeRouteBlock(oneField, push(vals)))));
+  assert.deepEqual(grouped(routed), [
+    [
+      ["a", `${vals[0]}\n${vals[3]}\n`],
+      ["unknown", `${vals[1]}\n${vals[2]}\n${vals[4]}\n${vals[5]}\n`],
+    ],
+  ]);
+});
+
+test("blocks routed one after another group by their own records, whatever the keys met before", () => {
+  const three: RouteSpec = { ...spec, chunk: 3 };
+  const rec = (org: string, n: number) => `{"_org_id":"${org}","event_type":"t","n":${n}}`;
+  const first = [rec("x", 1), rec("y", 2), rec("x", 3), rec("y", 4), rec("z", 5)];
+  const second = [rec("y", 6), rec("z", 7), rec("y", 8), rec("x", 9)];
+  const expected = (vals: string[]) => {
+    const chunks: [string, string][][] = [];
+    for (let i = 0; i < vals.length; i += three.chunk) {
+      const groups = new Map<string, string>();
+      for (const v of vals.slice(i, i + three.chunk)) {
+        const key = `events/${(JSON.parse(v) as { _org_id: string })._org_id}/t`;
+        groups.set(key, (groups.get(key) ?? "") + v + "\n");
+      }
+      chunks.push([...groups]);
+    }
+    return chunks;
+  };
+  for (const vals of [first, second, first]) {
+    const routed = readRouted(Buffer.from(routeBlock(encodeRouteBlock(three, batch(vals)))));
+    assert.deepEqual(grouped(routed), expected(vals));
+  }
+});
