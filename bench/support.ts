@@ -10,6 +10,7 @@ import { kafka, need, uniqueName } from "../e2e/support/testbed.ts";
 import { freePort, nodeBin, sumMetric } from "../e2e/support/archiver.ts";
 
 export const PARTITIONS = 6;
+export const MB = 1e6;
 
 /**
  * The runtime as the image runs it: the build in dist/ (npm run bench builds it first). The sources run through Node's
@@ -32,7 +33,6 @@ function checkBuild(): void {
   );
   if (stale !== undefined) throw new Error(`runtime/src/${stale} is newer than ${builtMain}: run npm run build`);
 }
-export const MB = 1e6;
 
 export function makeRecord(i: number, orgs: number, types: number): string {
   const base = {
@@ -198,8 +198,8 @@ export async function runArchiver(
   );
   const done = o.until === "archived" ? "messages_archived_total" : "messages_received_total";
   const addr = `127.0.0.1:${await freePort()}`;
-  const t0 = process.hrtime.bigint();
   checkBuild();
+  const t0 = process.hrtime.bigint();
   const proc = spawn(nodeBin, [builtMain, "run", "--config", config, "--metrics-addr", addr], {
     stdio: ["ignore", "inherit", "inherit"],
     env: { ...process.env, ...o.env },

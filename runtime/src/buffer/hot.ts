@@ -147,8 +147,8 @@ export class HotBufferPool {
       b.hold = this.#opts.openHold();
       b.openedAt = this.#now();
     }
-    // A route reply is shared memory: copyInto, since Buffer#copy of a whole group went a byte at a time.
-    copyInto(b.data, start, records.data.subarray(base, base + bytes));
+    // A route reply is shared memory, which only copyInto copies as a memcpy whatever the part.
+    copyInto(b.data, start, records.data, base, base + bytes);
     b.length = need;
     if (b.ends === undefined || b.offsets === undefined || b.records + count > b.ends.length) {
       b.ends = grown(Uint32Array, b.ends, b.records, b.records + count);

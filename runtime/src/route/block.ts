@@ -13,7 +13,7 @@
 //     count x f64 offset, count x u32 end, u32 bytes, bytes, pad to 8]], then u32 errors, u32 too deep, u32 fields,
 //     fields x u32 fallbacks.
 
-import { codecLanes, type LaneFailure } from "../codec/lanes.ts";
+import { codecLanes, copyInto, type LaneFailure } from "../codec/lanes.ts";
 import { ArchiverError } from "../errors.ts";
 import type { InboundBatch, InboundRecord } from "../transport/types.ts";
 import { forEachRecord, splitBatches, type AbortedTransaction } from "../transport/record-batch.ts";
@@ -288,7 +288,8 @@ function encodeReply(
   }
   size += 12 + fields.length * 4;
   // Recycled memory holds an earlier reply: every byte read back is written here first (the pads are never read).
-  // Records go in with Buffer#copy, a memcpy into shared memory as into any other at this size.
+  // Keys and records go in with copyInto: a batch of one record is the whole of its source, which Buffer#copy would
+  // move into shared memory a byte at a time.
   const out = Buffer.from(memory(size), 0, size);
   const view = new DataView(out.buffer, out.byteOffset, out.length);
   const cursors: Cursor[] = new Array<Cursor>(groups.length);
@@ -306,7 +307,7 @@ function encodeReply(
       const n = g.records;
       view.setInt32(p, key?.length ?? TOO_DEEP_KEY, true);
       view.setUint32(p + 4, n, true);
-      key?.copy(out, p + 8);
+      if (key !== undefined) copyInto(out, p + 8, key);
       p += align8(8 + (key?.length ?? 0));
       const endsAt = p + n * 8;
       const dataAt = endsAt + n * 4 + 4;
@@ -319,7 +320,7 @@ function encodeReply(
     const c = cursors[visited.group[r] ?? 0] as Cursor;
     const start = visited.start[r] ?? 0;
     const end = visited.end[r] ?? 0;
-    (sources[visited.source[r] ?? 0] as Buffer).copy(out, c.data + c.end, start, end);
+    copyInto(out, c.data + c.end, sources[visited.source[r] ?? 0] as Buffer, start, end);
     c.end += end - start;
     out[c.data + c.end++] = NEWLINE;
     view.setUint32(c.ends, c.end, true);
