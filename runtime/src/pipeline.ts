@@ -105,8 +105,11 @@ export class Pipeline implements TransportSink {
   #commitAgain = false;
   #draining: Promise<PipelineExit> | undefined;
   #batchesRunning = 0;
-  /** Batches on a route lane, whose chunks the pending ones wait for (see #buffer). */
-  #routing = 0;
+  /** Batches on a route lane, by the sequence number each started under (see #endTurnSoon). */
+  readonly #routing = new Set<number>();
+  #routeSeq = 0;
+  /** The sequence number when the oldest pending chunks were queued: the turn waits for batches routed since. */
+  #turnSince = 0;
   #pendingRecords = 0;
   #turnScheduled = false;
   #batchesIdle: (() => void) | undefined;
@@ -248,36 +251,69 @@ export class Pipeline implements TransportSink {
 
   // ---- transport sink ----
 
+  /**
+   * Resolves once the batch is routed and its last chunks wait for their turn, so the transport fetches the
+   * partition's next batch while this one is buffered: waiting for the buffering too kept the lanes idle while the
+   * event loop buffered, and the event loop idle while the lanes routed. The next batch's chunks queue behind this
+   * one's, so a partition's records are still buffered in order. Back-pressure is unchanged: a saturated pipeline
+   * holds the transport here as it held it before.
+   */
   async onBatch(batch: InboundBatch): Promise<void> {
     if (this.#refusing()) return;
     this.#batchesRunning++;
+    let routed: Routed;
+    let slot: number;
+    let assignment: number;
     try {
-      const slot = this.#tracker.slot(batch.topic ?? "", batch.partition);
-      const assignment = this.#tracker.assignment(slot);
+      slot = this.#tracker.slot(batch.topic ?? "", batch.partition);
+      assignment = this.#tracker.assignment(slot);
       // A lane decodes, routes and groups the batch, kafka.batch_size records a chunk, while the event loop buffers
       // and flushes; chunks are buffered with back-pressure between.
-      this.#routing++;
-      let routed: Routed;
+      const seq = ++this.#routeSeq;
+      this.#routing.add(seq);
       try {
         routed = await routeBatch(this.#routeSpec, batch);
       } finally {
-        this.#routing--;
+        this.#routing.delete(seq);
         this.#endTurnSoon();
       }
-      this.#countRouting(routed);
-      try {
-        await this.#bufferRouted(batch, slot, assignment, routed);
-      } finally {
+    } catch (err) {
+      this.#batchEnded();
+      throw err;
+    }
+    this.#countRouting(routed);
+    const queued = Promise.withResolvers<undefined>();
+    const buffered = this.#bufferRouted(batch, slot, assignment, routed, () => queued.resolve(undefined))
+      .catch((err: unknown) => {
+        // Nothing of the batch past this point is received, so nothing of it is committed; the pipeline stops so
+        // the restart reads it again.
+        this.#log.error({ err, topic: batch.topic, partition: batch.partition }, "buffering a routed batch failed");
+        this.#withhold(`buffering failed: ${(err as Error).message}`);
+      })
+      .finally(() => {
         // Every chunk was buffered (copied) or let go, and none waits in #pendingChunks: the reply is read no more.
         codecLanes().recycle(routed.memory);
-      }
-    } finally {
-      if (--this.#batchesRunning === 0) this.#batchesIdle?.();
-    }
+        this.#batchEnded();
+      });
+    await Promise.race([queued.promise, buffered]);
+    while (this.#saturated() && !this.#refusing()) await new Promise<void>((r) => this.#waiters.push(r));
   }
 
-  /** Buffers a routed batch's chunks a turn's records at a time, with back-pressure between turns. */
-  async #bufferRouted(batch: InboundBatch, slot: number, assignment: number, routed: Routed): Promise<void> {
+  #batchEnded(): void {
+    if (--this.#batchesRunning === 0) this.#batchesIdle?.();
+  }
+
+  /**
+   * Buffers a routed batch's chunks a turn's records at a time, with back-pressure between turns. `queued`: its last
+   * turn's chunks wait in #pendingChunks, so chunks queued from now on are buffered after all of this batch's.
+   */
+  async #bufferRouted(
+    batch: InboundBatch,
+    slot: number,
+    assignment: number,
+    routed: Routed,
+    queued: () => void,
+  ): Promise<void> {
     let last = -1;
     const turnRecords = this.#cfg.kafka.batch_size * TURN_BATCHES;
     for (let i = 0; i < routed.chunks.length;) {
@@ -289,12 +325,15 @@ export class Pipeline implements TransportSink {
         chunks.push(chunk);
         records += chunk.records;
       } while (i < routed.chunks.length && records + (routed.chunks[i]?.records ?? 0) <= turnRecords);
-      if (!(await this.#buffer({ batch, slot, assignment, chunks }))) return;
+      const turn = this.#buffer({ batch, slot, assignment, chunks });
+      if (i === routed.chunks.length) queued();
+      if (!(await turn)) return;
       for (const chunk of chunks) {
         last = chunk.lastOffset;
         this.#receivedUpTo(batch, slot, last, chunk.records);
       }
       this.#latch.check();
+      if (i === routed.chunks.length) break;
       while (this.#saturated() && !this.#refusing()) await new Promise<void>((r) => this.#waiters.push(r));
     }
     // Control records after the last data record still take offsets.
@@ -322,6 +361,7 @@ export class Pipeline implements TransportSink {
    */
   #buffer(entry: Omit<PendingChunks, "done">): Promise<boolean> {
     return new Promise((done) => {
+      if (this.#pendingChunks.length === 0) this.#turnSince = this.#routeSeq;
       this.#pendingChunks.push({ ...entry, done });
       for (const chunk of entry.chunks) this.#pendingRecords += chunk.records;
       // A batch alone (a push listener's, one at a time) has nothing to wait for: a turn each cost its intake.
@@ -332,7 +372,11 @@ export class Pipeline implements TransportSink {
 
   #endTurnSoon(): void {
     if (this.#turnScheduled || this.#pendingChunks.length === 0) return;
-    if (this.#routing > 0 && this.#pendingRecords < this.#cfg.kafka.batch_size * TURN_BATCHES) return;
+    if (this.#pendingRecords < this.#cfg.kafka.batch_size * TURN_BATCHES) {
+      // Batches that were routing when the turn's first chunks came (one fetch's partitions) join the turn; those
+      // handed since, the next fetch's, do not hold it, or the event loop would wait on the lanes for each fetch.
+      for (const seq of this.#routing) if (seq <= this.#turnSince) return;
+    }
     this.#turnScheduled = true;
     setImmediate(() => {
       this.#turnScheduled = false;
