@@ -228,8 +228,10 @@ class FileStore implements ArchiveStore {
   #rootReady: Promise<void> | undefined;
   /**
    * Directories above the root whose entries the archiver created when it made the root: the root's parent up to
-   * the nearest parent that was already there. Synced by completes until one succeeds. A directory created below
-   * the root needs no record: it lies on the path of the file it was created for, and that file syncs it.
+   * the nearest parent that was already there. Marked dirty as the directories below are, so the completes share
+   * their syncs: each syncing them until one succeeded, the thousand files a drain completes at once synced each a
+   * thousand times. A directory created below the root needs no record: it lies on the path of the file it was
+   * created for, and that file syncs it.
    */
   #aboveRoot: readonly string[] = [];
   /**
@@ -308,7 +310,9 @@ class FileStore implements ArchiveStore {
   #ensureRoot(): Promise<void> {
     this.#rootReady ??= mkdirs(this.root).then(
       (first) => {
-        if (first !== undefined) this.#aboveRoot = dirsUpTo(dirname(this.root), dirname(first));
+        if (first === undefined) return;
+        this.#aboveRoot = dirsUpTo(dirname(this.root), dirname(first));
+        for (const dir of this.#aboveRoot) this.#markDirty(dir);
       },
       (err: unknown) => {
         this.#rootReady = undefined;
@@ -319,9 +323,7 @@ class FileStore implements ArchiveStore {
   }
 
   async syncAboveRoot(): Promise<void> {
-    const dirs = this.#aboveRoot;
-    for (const dir of dirs) await syncDir(dir);
-    if (this.#aboveRoot === dirs) this.#aboveRoot = [];
+    for (const dir of this.#aboveRoot) await this.syncIfDirty(dir);
   }
 }
 

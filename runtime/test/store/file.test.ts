@@ -104,6 +104,20 @@ test("complete syncs the file, then each directory up to the root, then the pare
   assert.equal((await stat(join(root, "logs/y.jsonl"))).size, 4);
 });
 
+test("files completing together sync each directory once, the ones above a root it created too", async () => {
+  const root = join(dir, "a", "b", "root");
+  const store = createFileStore(root);
+  const synced = await spySyncs();
+  const files = await Promise.all(Array.from({ length: 20 }, (_, i) => store.open(`events/acme/f${i}.jsonl`)));
+  for (const f of files) await f.append(Buffer.from("x"));
+  await Promise.all(files.map((f) => f.complete(META)));
+  const counts = new Map<string, number>();
+  for (const path of synced) counts.set(path, (counts.get(path) ?? 0) + 1);
+  const dirs = [join(root, "events/acme"), join(root, "events"), root, join(dir, "a", "b"), join(dir, "a"), dir];
+  for (const d of dirs) assert.equal(counts.get(d), 1, `${d} synced ${counts.get(d) ?? 0} times`);
+  assert.equal(synced.length, files.length + dirs.length, synced.join("\n"));
+});
+
 test("a root that was already there syncs nothing above it", async () => {
   const root = join(dir, "root");
   await mkdir(root);
