@@ -28,27 +28,17 @@ class ScriptedTransport implements Transport {
   /** At each onBatch resolved: the records of every batch resolved so far, and the records buffered by then. */
   readonly resolvedAt: { resolved: number; received: number }[] = [];
   #resolved = 0;
-  #sink: TransportSink | undefined;
   readonly replayable: boolean;
   readonly #received: () => Promise<number>;
-  readonly handedAll: Promise<void>;
+  /** Resolves once every batch was taken; set when the pipeline starts the transport. */
+  handedAll: Promise<unknown> | undefined;
 
   constructor(replayable: boolean, received: () => Promise<number>) {
     this.replayable = replayable;
     this.#received = received;
-    let handed!: () => void;
-    this.handedAll = new Promise((r) => (handed = r));
-    void this.#started.then(async () => {
-      await Promise.all(Array.from({ length: PARTITIONS }, (_, p) => this.#feed(p)));
-      handed();
-    });
   }
 
-  #start!: () => void;
-  readonly #started = new Promise<void>((r) => (this.#start = r));
-
-  async #feed(partition: number): Promise<void> {
-    const sink = this.#sink as TransportSink;
+  async #feed(sink: TransportSink, partition: number): Promise<void> {
     for (let b = 0; b < BATCHES; b++) {
       await sink.onBatch(batchOf(partition, b));
       this.#resolved += PER_BATCH;
@@ -57,9 +47,8 @@ class ScriptedTransport implements Transport {
   }
 
   start(sink: TransportSink): Promise<void> {
-    this.#sink = sink;
     sink.onAssigned(Array.from({ length: PARTITIONS }, (_, partition): PartitionRef => ({ topic: TOPIC, partition })));
-    this.#start();
+    this.handedAll = Promise.all(Array.from({ length: PARTITIONS }, (_, p) => this.#feed(sink, p)));
     return Promise.resolve();
   }
 
@@ -124,6 +113,7 @@ async function run(replayable: boolean): Promise<{
       store: await openStore(config, {}, metrics, log),
     });
     await pipeline.start();
+    assert.ok(transport.handedAll, "the pipeline never started the transport");
     await transport.handedAll;
     // Drained the moment the last batch is taken: batches taken but still buffering must not be lost.
     const exit = await pipeline.drain();
