@@ -296,6 +296,11 @@ export class Pipeline implements TransportSink {
         this.#batchEnded();
       });
     await Promise.race([queued.promise, buffered]);
+    await this.#unsaturated();
+  }
+
+  /** Resolves once flushes in flight are back under their bounds (see #saturated), or once draining. */
+  async #unsaturated(): Promise<void> {
     while (this.#saturated() && !this.#refusing()) await new Promise<void>((r) => this.#waiters.push(r));
   }
 
@@ -325,16 +330,17 @@ export class Pipeline implements TransportSink {
         chunks.push(chunk);
         records += chunk.records;
       } while (i < routed.chunks.length && records + (routed.chunks[i]?.records ?? 0) <= turnRecords);
+      const lastTurn = i === routed.chunks.length;
       const turn = this.#buffer({ batch, slot, assignment, chunks });
-      if (i === routed.chunks.length) queued();
+      if (lastTurn) queued();
       if (!(await turn)) return;
       for (const chunk of chunks) {
         last = chunk.lastOffset;
         this.#receivedUpTo(batch, slot, last, chunk.records);
       }
       this.#latch.check();
-      if (i === routed.chunks.length) break;
-      while (this.#saturated() && !this.#refusing()) await new Promise<void>((r) => this.#waiters.push(r));
+      // After the last turn, onBatch waits instead: the transport's next batch is what back-pressure holds.
+      if (!lastTurn) await this.#unsaturated();
     }
     // Control records after the last data record still take offsets.
     const covered = batch.encoded?.lastOffset ?? last;
