@@ -5,7 +5,7 @@ import type { Logger } from "pino";
 import type { ResolvedConfig } from "./config/resolve.ts";
 import { createRouter, TOO_DEEP } from "./route/router.ts";
 import { routeBatch, type RouteSpec, type Routed, type RoutedChunk, type RoutedGroup } from "./route/block.ts";
-import { HotBufferPool, type FlushBatch } from "./buffer/hot.ts";
+import { HotBufferPool, viewsOf, type FlushBatch } from "./buffer/hot.ts";
 import { createCodec, readBlocks, type Codec } from "./codec/index.ts";
 import { codecLanes, releaseShared } from "./codec/lanes.ts";
 import type { DeadLetter, KafkaDlq } from "./dlq/kafka.ts";
@@ -438,23 +438,21 @@ export class Pipeline implements TransportSink {
     const reason = "payload nesting exceeds the maximum parse depth of 64";
     const destination = batch.topic ?? this.#cfg.routing.default_segment;
     if (this.#dlq === undefined) {
-      this.#m.messagesDropped.inc({ reason: "too_deep" }, g.offsets.length);
-      this.#log.warn(
-        { topic: batch.topic, partition: batch.partition, records: g.offsets.length },
-        `${reason}: dropped`,
-      );
+      this.#m.messagesDropped.inc({ reason: "too_deep" }, g.count);
+      this.#log.warn({ topic: batch.topic, partition: batch.partition, records: g.count }, `${reason}: dropped`);
       return;
     }
     const hold = this.#tracker.open();
     const letters: DeadLetter[] = [];
     let start = 0;
-    for (let i = 0; i < g.offsets.length; i++) {
-      const offset = g.offsets[i] ?? 0;
-      const end = g.ends[i] ?? start;
+    const { data, ends, offsets } = viewsOf(g);
+    for (let i = 0; i < g.count; i++) {
+      const offset = offsets[i] ?? 0;
+      const end = ends[i] ?? start;
       hold.add(slot, offset);
       letters.push({
         // A copy: the reply's memory goes back to the lanes while the DLQ still holds its letters.
-        payload: Buffer.from(g.data.subarray(start, end - 1)),
+        payload: Buffer.from(data.subarray(start, end - 1)),
         reason,
         destination,
         topic: batch.topic,

@@ -27,12 +27,32 @@ export interface FlushBatch {
   readonly runs: readonly number[];
 }
 
-/** Records of one destination and partition slot, end to end, each followed by a newline (a routed group). */
+/**
+ * Records of one destination and partition slot (a routed group): where they lie in views of a route reply, which
+ * hold the reply's other groups too. A group of views of its own cost three typed arrays, each an object that lived
+ * until its turn and was promoted with the group: a fifth of what the event loop allocated on the bench.
+ */
 export interface BufferedRecords {
+  readonly count: number;
+  /** The records from dataAt, end to end, each followed by a newline. */
   readonly data: Buffer;
-  /** Per record, one past its newline in `data`. */
+  readonly dataAt: number;
+  /** From endsAt, per record: one past its newline, counted from dataAt. */
   readonly ends: Uint32Array;
+  readonly endsAt: number;
+  /** From offsetsAt, per record: its offset in its partition. */
   readonly offsets: Float64Array;
+  readonly offsetsAt: number;
+}
+
+/** The records' own views: their bytes, ends and offsets alone. */
+export function viewsOf(r: BufferedRecords): { data: Buffer; ends: Uint32Array; offsets: Float64Array } {
+  const ends = r.ends.subarray(r.endsAt, r.endsAt + r.count);
+  return {
+    data: r.data.subarray(r.dataAt, r.dataAt + (r.count > 0 ? (ends[r.count - 1] ?? 0) : 0)),
+    ends,
+    offsets: r.offsets.subarray(r.offsetsAt, r.offsetsAt + r.count),
+  };
 }
 
 export interface HotBufferOptions {
@@ -93,16 +113,16 @@ export class HotBufferPool {
    * limit, so a group larger than flush_bytes spans several flushes.
    */
   add(destination: string, slot: number, records: BufferedRecords): void {
-    const { ends } = records;
-    const n = ends.length;
+    const { ends, endsAt } = records;
+    const n = records.count;
     for (let from = 0; from < n;) {
       const b = this.#touch(destination);
-      const base = from === 0 ? 0 : (ends[from - 1] ?? 0);
+      const base = from === 0 ? 0 : (ends[endsAt + from - 1] ?? 0);
       const room = this.#opts.flushRecords - b.records;
       let to = from;
       while (to < n) {
         to++;
-        if (b.length + (ends[to - 1] ?? 0) - base >= this.#opts.flushBytes || to - from >= room) break;
+        if (b.length + (ends[endsAt + to - 1] ?? 0) - base >= this.#opts.flushBytes || to - from >= room) break;
       }
       this.#append(b, slot, records, from, to);
       if (b.length >= this.#opts.flushBytes) this.#flush(b, "bytes");
@@ -137,8 +157,9 @@ export class HotBufferPool {
 
   /** Appends records [from, to) of `records`, all of one partition slot. */
   #append(b: HotBuffer, slot: number, records: BufferedRecords, from: number, to: number): void {
-    const base = from === 0 ? 0 : (records.ends[from - 1] ?? 0);
-    const bytes = (records.ends[to - 1] ?? 0) - base;
+    const { ends, endsAt, offsets, offsetsAt } = records;
+    const base = from === 0 ? 0 : (ends[endsAt + from - 1] ?? 0);
+    const bytes = (ends[endsAt + to - 1] ?? 0) - base;
     const count = to - from;
     const start = b.length;
     const need = start + bytes;
@@ -148,7 +169,7 @@ export class HotBufferPool {
       b.openedAt = this.#now();
     }
     // A route reply is shared memory, which only copyInto copies as a memcpy whatever the part.
-    copyInto(b.data, start, records.data, base, base + bytes);
+    copyInto(b.data, start, records.data, records.dataAt + base, records.dataAt + base + bytes);
     b.length = need;
     if (b.ends === undefined || b.offsets === undefined || b.records + count > b.ends.length) {
       b.ends = grown(Uint32Array, b.ends, b.records, b.records + count);
@@ -156,8 +177,8 @@ export class HotBufferPool {
     }
     let min = Infinity;
     for (let i = from, at = b.records; i < to; i++, at++) {
-      b.ends[at] = start + (records.ends[i] ?? 0) - base;
-      const offset = records.offsets[i] ?? 0;
+      b.ends[at] = start + (ends[endsAt + i] ?? 0) - base;
+      const offset = offsets[offsetsAt + i] ?? 0;
       b.offsets[at] = offset;
       if (offset < min) min = offset;
     }

@@ -13,6 +13,7 @@
 //     count x f64 offset, count x u32 end, u32 bytes, bytes, pad to 8]], then u32 errors, u32 too deep, u32 fields,
 //     fields x u32 fallbacks.
 
+import type { BufferedRecords } from "../buffer/hot.ts";
 import { codecLanes, copyInto, type LaneFailure } from "../codec/lanes.ts";
 import { ArchiverError } from "../errors.ts";
 import type { InboundBatch, InboundRecord } from "../transport/types.ts";
@@ -28,14 +29,10 @@ export interface RouteSpec {
   readonly chunk: number;
 }
 
-/** One destination's records of a chunk: each value followed by a newline. */
-export interface RoutedGroup {
+/** One destination's records of a chunk, each value followed by a newline, where they lie in the reply. */
+export interface RoutedGroup extends BufferedRecords {
   /** The destination key, or TOO_DEEP for the records nested past the limit (never parsed). */
   readonly key: string | typeof TOO_DEEP;
-  readonly data: Buffer;
-  /** Per record, one past its newline in `data`. */
-  readonly ends: Uint32Array;
-  readonly offsets: Float64Array;
 }
 
 export interface RoutedChunk {
@@ -340,13 +337,17 @@ function encodeReply(
 }
 
 /**
- * Reads a route lane's reply (the pipeline's side). Groups' bytes, ends and offsets are views of `reply`, which
- * therefore starts 8-aligned in its buffer (a lane aligns each output; else it is copied once here).
+ * Reads a route lane's reply (the pipeline's side). Every group reads the reply through the same three views, its
+ * bytes and its u32 and f64 words, which is why the reply starts 8-aligned in its buffer (a lane aligns each output;
+ * else it is copied once here).
  */
 export function readRouted(bytes: Uint8Array): Routed {
   const aligned = bytes.byteOffset % 8 === 0 ? bytes : new Uint8Array(bytes);
   const reply = Buffer.from(aligned.buffer, aligned.byteOffset, aligned.byteLength);
   const view = new DataView(reply.buffer, reply.byteOffset, reply.length);
+  // Little-endian words, as the lane wrote them: every platform Node runs on here is little-endian.
+  const words = new Uint32Array(reply.buffer, reply.byteOffset, reply.length >> 2);
+  const doubles = new Float64Array(reply.buffer, reply.byteOffset, reply.length >> 3);
   const chunkCount = view.getUint32(0, true);
   let p = 8;
   const chunks: RoutedChunk[] = [];
@@ -361,13 +362,19 @@ export function readRouted(bytes: Uint8Array): Routed {
       const n = view.getUint32(p + 4, true);
       const key = keyLength === TOO_DEEP_KEY ? TOO_DEEP : reply.toString("utf8", p + 8, p + 8 + keyLength);
       p += align8(8 + Math.max(0, keyLength));
-      // Little-endian typed views, as the lane wrote them: every platform Node runs on here is little-endian.
-      const offsets = new Float64Array(reply.buffer, reply.byteOffset + p, n);
       const endsAt = p + n * 8;
-      const ends = new Uint32Array(reply.buffer, reply.byteOffset + endsAt, n);
       const bytes = view.getUint32(endsAt + n * 4, true);
       const dataAt = endsAt + n * 4 + 4;
-      groups.push({ key, data: reply.subarray(dataAt, dataAt + bytes), ends, offsets });
+      groups.push({
+        key,
+        count: n,
+        data: reply,
+        dataAt,
+        ends: words,
+        endsAt: endsAt >> 2,
+        offsets: doubles,
+        offsetsAt: p >> 3,
+      });
       p = endsAt + align8(n * 4 + 4 + bytes);
     }
     chunks.push({ records, lastOffset, groups });

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { HotBufferPool, HOT_BUFFER_COUNT, type FlushBatch } from "../../src/buffer/hot.ts";
+import { HotBufferPool, HOT_BUFFER_COUNT, type BufferedRecords, type FlushBatch } from "../../src/buffer/hot.ts";
 import { OffsetTracker } from "../../src/delivery/tracker.ts";
 
 function pool(over: Partial<ConstructorParameters<typeof HotBufferPool>[0]> = {}) {
@@ -25,12 +25,15 @@ function pool(over: Partial<ConstructorParameters<typeof HotBufferPool>[0]> = {}
 /** One record at `offset`, as the route stage hands a group over. */
 const rec = (offset: number, s: string) => group([s], offset);
 
-function group(values: string[], first: number) {
-  const data = Buffer.from(values.map((v) => v + "\n").join(""));
-  const ends = new Uint32Array(values.length);
+/** The group where a route reply has it: after other bytes and words, which no flush may take. */
+function group(values: string[], first: number): BufferedRecords {
+  const data = Buffer.from("other" + values.map((v) => v + "\n").join("") + "other");
+  const ends = new Uint32Array(values.length + 4).fill(999);
   let end = 0;
-  values.forEach((v, i) => (ends[i] = end += Buffer.byteLength(v) + 1));
-  return { data, ends, offsets: Float64Array.from(values, (_, i) => first + i) };
+  values.forEach((v, i) => (ends[i + 3] = end += Buffer.byteLength(v) + 1));
+  const offsets = new Float64Array(values.length + 4).fill(-1);
+  values.forEach((_, i) => (offsets[i + 2] = first + i));
+  return { count: values.length, data, dataAt: 5, ends, endsAt: 3, offsets, offsetsAt: 2 };
 }
 const lines = (b: FlushBatch) => b.data.toString().split("\n").slice(0, -1);
 
