@@ -233,8 +233,8 @@ async function run(batch: LaneBatch): Promise<LaneReply> {
     const source = jobs[at + 3] ?? -1;
     const offset = jobs[at + 4] ?? 0;
     const length = jobs[at + 5] ?? 0;
-    const sab = batch.shared[source];
-    const input = sab === undefined ? data.subarray(offset, offset + length) : Buffer.from(sab, offset, length);
+    const memory = batch.inPlace[source];
+    const input = memory === undefined ? data.subarray(offset, offset + length) : Buffer.from(memory, offset, length);
     // Each output starts 8-aligned, so a route reply's arrays read as typed views (see lanes.ts #settle).
     out.end = alignOutput(out.end);
     const start = out.end;

@@ -18,17 +18,17 @@ export const LANE_OPS: readonly LaneOp[] = ["compress", "decompress", "append", 
 
 /**
  * One message to a lane: `jobs` holds JOB_FIELDS integers per job; inputs lie end to end in `data`, or where they
- * are in `shared` (see sharedCopy).
+ * are in `inPlace`: shared memory (see sharedCopy), or memory the caller gave up, moved with the message.
  */
 export interface LaneBatch {
   readonly id: number;
   /**
    * Per job: op index, codec id (0 for an append or a route), descriptor (appends; else -1), its input's source (-1
-   * for `data`, else an index in `shared`), offset there, length.
+   * for `data`, else an index in `inPlace`), offset there, length.
    */
   readonly jobs: Int32Array<ArrayBuffer>;
   readonly data: ArrayBuffer;
-  readonly shared: readonly SharedArrayBuffer[];
+  readonly inPlace: readonly (SharedArrayBuffer | ArrayBuffer)[];
   /** Route replies' memory the event loop is done with, for the lane's next replies (see recycle). */
   readonly spares: readonly SharedArrayBuffer[];
 }
@@ -147,7 +147,7 @@ const WORKER_URL = new URL(`./lane-worker${extname(fileURLToPath(import.meta.url
 class Lane {
   readonly worker: Worker;
   /** Jobs asked for this turn, posted together once the turn ends. */
-  #queued: { op: number; arg: number; fd: number; input: Uint8Array; job: LaneJob }[] = [];
+  #queued: { op: number; arg: number; fd: number; input: Uint8Array; moved: boolean; job: LaneJob }[] = [];
   #queuedBytes = 0;
   readonly #sent = new Map<number, { jobs: LaneJob[]; routes: number }>();
   #nextId = 0;
@@ -170,13 +170,14 @@ class Lane {
     this.worker.on("exit", (code) => onGone(this, `${why} (exit code ${code})`));
   }
 
-  add(op: number, arg: number, fd: number, input: Uint8Array, job: LaneJob): void {
+  add(op: number, arg: number, fd: number, input: Uint8Array, moved: boolean, job: LaneJob): void {
     // A pending job keeps the process alive; an idle lane must not.
     if (this.load++ === 0) this.worker.ref();
     if (this.#queued.length === 0) setImmediate(() => this.#post());
-    this.#queued.push({ op, arg, fd, input, job });
+    const inPlace = moved || input.buffer instanceof SharedArrayBuffer;
+    this.#queued.push({ op, arg, fd, input, moved: moved && !(input.buffer instanceof SharedArrayBuffer), job });
     if (op === ROUTE) this.routes++;
-    if (!(input.buffer instanceof SharedArrayBuffer)) this.#queuedBytes += input.length;
+    if (!inPlace) this.#queuedBytes += input.length;
   }
 
   #post(): void {
@@ -184,11 +185,12 @@ class Lane {
     if (queued.length === 0) return;
     this.#queued = [];
     // One buffer of just these inputs, moved rather than cloned: the inputs' own buffers stay the callers'. Inputs
-    // in shared memory are read where they are.
+    // in shared memory are read where they are, and memory a caller gave up is moved as it is.
     const data = new Uint8Array(this.#queuedBytes);
     this.#queuedBytes = 0;
     const jobs = new Int32Array(queued.length * JOB_FIELDS);
-    const shared: SharedArrayBuffer[] = [];
+    const inPlace: (SharedArrayBuffer | ArrayBuffer)[] = [];
+    const transfer: ArrayBuffer[] = [data.buffer, jobs.buffer];
     let offset = 0;
     let at = 0;
     for (const q of queued) {
@@ -196,9 +198,12 @@ class Lane {
       jobs[at++] = q.op;
       jobs[at++] = q.arg;
       jobs[at++] = q.fd;
-      if (input.buffer instanceof SharedArrayBuffer) {
-        let source = shared.lastIndexOf(input.buffer);
-        if (source < 0) source = shared.push(input.buffer) - 1;
+      if (q.moved || input.buffer instanceof SharedArrayBuffer) {
+        let source = inPlace.lastIndexOf(input.buffer);
+        if (source < 0) {
+          source = inPlace.push(input.buffer) - 1;
+          if (q.moved) transfer.push(input.buffer as ArrayBuffer);
+        }
         jobs[at++] = source;
         jobs[at++] = input.byteOffset;
       } else {
@@ -212,10 +217,7 @@ class Lane {
     const id = this.#nextId++;
     this.#sent.set(id, { jobs: queued.map((q) => q.job), routes: queued.filter((q) => q.op === ROUTE).length });
     const back = this.spares.splice(0);
-    this.worker.postMessage({ id, jobs, data: data.buffer, shared, spares: back } satisfies LaneBatch, [
-      data.buffer,
-      jobs.buffer,
-    ]);
+    this.worker.postMessage({ id, jobs, data: data.buffer, inPlace, spares: back } satisfies LaneBatch, transfer);
   }
 
   #settle(reply: LaneReply): void {
@@ -280,14 +282,16 @@ class Lanes {
    * A codec or route job on the least loaded lane (`arg` names the codec; 0 for a route). A route goes where the
    * fewest routes wait: counted by jobs alone, a fetch's batches all went to the lane that was not compressing a
    * thousand small flushes, and it routed them one by one while the other lane sat idle.
+   * `moved`: the caller gives up `input`'s memory, an ArrayBuffer of its own (never a pooled Buffer's), which the lane
+   * then reads where it is, moved with the message rather than copied into it.
    */
-  run(op: "compress" | "decompress" | "route", arg: number, input: Uint8Array): Promise<Buffer> {
+  run(op: "compress" | "decompress" | "route", arg: number, input: Uint8Array, moved = false): Promise<Buffer> {
     const index = LANE_OPS.indexOf(op);
     const weigh = (lane: Lane | undefined): number =>
       index === ROUTE ? (lane?.routes ?? 0) * 1e9 + (lane?.load ?? 0) : (lane?.load ?? 0);
     let best = 0;
     for (let i = 1; i < this.#size; i++) if (weigh(this.#lanes[i]) < weigh(this.#lanes[best])) best = i;
-    return this.#add(best, index, arg, -1, input);
+    return this.#add(best, index, arg, -1, input, moved);
   }
 
   /**
@@ -307,7 +311,7 @@ class Lanes {
 
   /** Appends `frame` at the end of `fd` (opened for append), always on the same lane, so appends keep their order. */
   append(fd: number, frame: Uint8Array): Promise<Buffer> {
-    return this.#add(fd % this.#size, LANE_OPS.indexOf("append"), 0, fd, frame);
+    return this.#add(fd % this.#size, LANE_OPS.indexOf("append"), 0, fd, frame, false);
   }
 
   /**
@@ -316,12 +320,13 @@ class Lanes {
    * thousand destinations the flushes' hand-offs were most of the event loop's work.
    */
   async compressAppend(fd: number, arg: number, input: Uint8Array): Promise<number> {
-    return (await this.#add(fd % this.#size, LANE_OPS.indexOf("compressAppend"), arg, fd, input)).readUInt32LE(0);
+    const length = await this.#add(fd % this.#size, LANE_OPS.indexOf("compressAppend"), arg, fd, input, false);
+    return length.readUInt32LE(0);
   }
 
-  #add(at: number, op: number, arg: number, fd: number, input: Uint8Array): Promise<Buffer> {
+  #add(at: number, op: number, arg: number, fd: number, input: Uint8Array, moved: boolean): Promise<Buffer> {
     const lane = this.#lane(at);
-    return new Promise((resolve, reject) => lane.add(op, arg, fd, input, { resolve, reject }));
+    return new Promise((resolve, reject) => lane.add(op, arg, fd, input, moved, { resolve, reject }));
   }
 
   #lane(at: number): Lane {

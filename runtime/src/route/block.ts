@@ -74,7 +74,8 @@ export function encodeRouteBlock(spec: RouteSpec, batch: InboundBatch): Uint8Arr
     size += 4 + batch.records.length * 12;
     for (const r of batch.records) size += r.value?.length ?? 0;
   }
-  const out = Buffer.allocUnsafe(size);
+  // Memory of its own, never a slice of Buffer's pool: the block is moved to a lane with its memory (see routeOne).
+  const out = Buffer.allocUnsafeSlow(size);
   const view = new DataView(out.buffer, out.byteOffset, out.length);
   let p = 0;
   view.setUint32(p, specBytes.length, true);
@@ -425,7 +426,9 @@ async function routeOne(spec: RouteSpec, batch: InboundBatch): Promise<Routed> {
   const block = encodeRouteBlock(spec, batch);
   if (batch.records !== undefined && batch.records.length < LOCAL_BELOW) return readRouted(routeBlock(block));
   try {
-    return readRouted(await codecLanes().run("route", 0, block));
+    // The block is the lane's alone: moved with the message, not copied into it, so a fetch's bytes take one
+    // ArrayBuffer here rather than two (this thread's collector runs on what ArrayBuffers it allocates).
+    return readRouted(await codecLanes().run("route", 0, block, true));
   } catch (err) {
     if (err instanceof Error) throw err;
     const f = err as LaneFailure;

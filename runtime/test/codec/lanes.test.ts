@@ -7,8 +7,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { createCodec } from "../../src/codec/index.ts";
-import { copyInto, releaseShared, sharedCopy } from "../../src/codec/lanes.ts";
+import { viewsOf } from "../../src/buffer/hot.ts";
+import { codecLanes, copyInto, releaseShared, sharedCopy } from "../../src/codec/lanes.ts";
+import { encodeRouteBlock, readRouted, routeBlock, type Routed, type RouteSpec } from "../../src/route/block.ts";
 import { createFileStore } from "../../src/store/file.ts";
+import type { RecordsBatch } from "../../src/transport/types.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "lanes-test-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -181,4 +184,28 @@ test("copyInto copies shared memory to any offset exactly, and an empty copy tou
     );
   }
   assert.throws(() => copyInto(Buffer.alloc(4), 2, Buffer.alloc(3)), RangeError);
+});
+
+test("a route block given up is moved to the lane, not copied: routed as a copy would be, and gone from here", async () => {
+  const spec: RouteSpec = { mode: "expression", fields: ["org"], defaultSegment: "unknown", chunk: 1000 };
+  const batch: RecordsBatch = {
+    topic: "t",
+    partition: 0,
+    records: Array.from({ length: 300 }, (_, i) => ({
+      value: Buffer.from(`{"id":${i},"org":"org-${i % 7}"}`),
+      offset: String(i),
+    })),
+  };
+  const here = readRouted(routeBlock(encodeRouteBlock(spec, batch)));
+  const moved = encodeRouteBlock(spec, batch);
+  const kept = encodeRouteBlock(spec, batch);
+  const [fromMoved, fromKept] = await Promise.all([
+    codecLanes().run("route", 0, moved, true),
+    codecLanes().run("route", 0, kept),
+  ]);
+  assert.equal(moved.buffer.byteLength, 0, "the moved block's memory went with the message");
+  assert.ok(kept.byteLength > 0, "a block not given up stays the caller's");
+  const keys = (r: Routed) => r.chunks.flatMap((c) => c.groups.map((g) => [g.key, viewsOf(g).data.toString()]));
+  assert.deepEqual(keys(readRouted(fromMoved)), keys(here));
+  assert.deepEqual(keys(readRouted(fromKept)), keys(here));
 });
