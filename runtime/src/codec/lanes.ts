@@ -174,10 +174,10 @@ class Lane {
     // A pending job keeps the process alive; an idle lane must not.
     if (this.load++ === 0) this.worker.ref();
     if (this.#queued.length === 0) setImmediate(() => this.#post());
-    const inPlace = moved || input.buffer instanceof SharedArrayBuffer;
-    this.#queued.push({ op, arg, fd, input, moved: moved && !(input.buffer instanceof SharedArrayBuffer), job });
+    const shared = input.buffer instanceof SharedArrayBuffer;
+    this.#queued.push({ op, arg, fd, input, moved: moved && !shared, job });
     if (op === ROUTE) this.routes++;
-    if (!inPlace) this.#queuedBytes += input.length;
+    if (!moved && !shared) this.#queuedBytes += input.length;
   }
 
   #post(): void {
