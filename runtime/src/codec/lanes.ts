@@ -146,8 +146,19 @@ const WORKER_URL = new URL(`./lane-worker${extname(fileURLToPath(import.meta.url
 
 class Lane {
   readonly worker: Worker;
-  /** Jobs asked for this turn, posted together once the turn ends. */
-  #queued: { op: number; arg: number; fd: number; input: Uint8Array; moved: boolean; job: LaneJob }[] = [];
+  /**
+   * Jobs asked for this turn, posted together once the turn ends. `inPlace`: the input is read where it lies (shared
+   * memory, or `moved` with the message), not copied into it.
+   */
+  #queued: {
+    op: number;
+    arg: number;
+    fd: number;
+    input: Uint8Array;
+    inPlace: boolean;
+    moved: boolean;
+    job: LaneJob;
+  }[] = [];
   #queuedBytes = 0;
   readonly #sent = new Map<number, { jobs: LaneJob[]; routes: number }>();
   #nextId = 0;
@@ -175,9 +186,10 @@ class Lane {
     if (this.load++ === 0) this.worker.ref();
     if (this.#queued.length === 0) setImmediate(() => this.#post());
     const shared = input.buffer instanceof SharedArrayBuffer;
-    this.#queued.push({ op, arg, fd, input, moved: moved && !shared, job });
+    const inPlace = moved || shared;
+    this.#queued.push({ op, arg, fd, input, inPlace, moved: moved && !shared, job });
     if (op === ROUTE) this.routes++;
-    if (!moved && !shared) this.#queuedBytes += input.length;
+    if (!inPlace) this.#queuedBytes += input.length;
   }
 
   #post(): void {
@@ -198,7 +210,7 @@ class Lane {
       jobs[at++] = q.op;
       jobs[at++] = q.arg;
       jobs[at++] = q.fd;
-      if (q.moved || input.buffer instanceof SharedArrayBuffer) {
+      if (q.inPlace) {
         let source = inPlace.lastIndexOf(input.buffer);
         if (source < 0) {
           source = inPlace.push(input.buffer) - 1;

@@ -63,8 +63,12 @@ const TOO_DEEP_KEY = -1;
 const KIND_RECORDS = 0;
 const KIND_KAFKA = 1;
 
-/** The block a route lane takes for `batch`. */
-export function encodeRouteBlock(spec: RouteSpec, batch: InboundBatch): Uint8Array {
+/** The block a route lane takes for `batch`, written at the start of `alloc(size)`. */
+export function encodeRouteBlock(
+  spec: RouteSpec,
+  batch: InboundBatch,
+  alloc: (size: number) => Buffer = Buffer.allocUnsafe,
+): Uint8Array {
   const specBytes = Buffer.from(JSON.stringify(spec));
   const topicBytes = batch.topic === undefined ? undefined : Buffer.from(batch.topic);
   const head = 4 + specBytes.length + 4 + (topicBytes?.length ?? 0) + 1;
@@ -74,8 +78,7 @@ export function encodeRouteBlock(spec: RouteSpec, batch: InboundBatch): Uint8Arr
     size += 4 + batch.records.length * 12;
     for (const r of batch.records) size += r.value?.length ?? 0;
   }
-  // Memory of its own, never a slice of Buffer's pool: the block is moved to a lane with its memory (see routeOne).
-  const out = Buffer.allocUnsafeSlow(size);
+  const out = alloc(size);
   const view = new DataView(out.buffer, out.byteOffset, out.length);
   let p = 0;
   view.setUint32(p, specBytes.length, true);
@@ -423,11 +426,14 @@ export async function routeBatch(spec: RouteSpec, batch: InboundBatch): Promise<
 }
 
 async function routeOne(spec: RouteSpec, batch: InboundBatch): Promise<Routed> {
-  const block = encodeRouteBlock(spec, batch);
-  if (batch.records !== undefined && batch.records.length < LOCAL_BELOW) return readRouted(routeBlock(block));
+  if (batch.records !== undefined && batch.records.length < LOCAL_BELOW) {
+    return readRouted(routeBlock(encodeRouteBlock(spec, batch)));
+  }
+  // Memory of its own, never a slice of Buffer's pool, as the block is the lane's alone: moved with the message, not
+  // copied into it, so a fetch's bytes take one ArrayBuffer here rather than two (this thread's collector runs on what
+  // ArrayBuffers it allocates). A batch routed here takes the pool's memory, as a push of a record or two does.
+  const block = encodeRouteBlock(spec, batch, Buffer.allocUnsafeSlow);
   try {
-    // The block is the lane's alone: moved with the message, not copied into it, so a fetch's bytes take one
-    // ArrayBuffer here rather than two (this thread's collector runs on what ArrayBuffers it allocates).
     return readRouted(await codecLanes().run("route", 0, block, true));
   } catch (err) {
     if (err instanceof Error) throw err;

@@ -197,8 +197,9 @@ test("a route block given up is moved to the lane, not copied: routed as a copy 
     })),
   };
   const here = readRouted(routeBlock(encodeRouteBlock(spec, batch)));
-  const moved = encodeRouteBlock(spec, batch);
-  const kept = encodeRouteBlock(spec, batch);
+  // Memory of their own, as routeBatch gives the blocks it moves: a pooled Buffer's would detach the pool.
+  const moved = encodeRouteBlock(spec, batch, Buffer.allocUnsafeSlow);
+  const kept = encodeRouteBlock(spec, batch, Buffer.allocUnsafeSlow);
   const [fromMoved, fromKept] = await Promise.all([
     codecLanes().run("route", 0, moved, true),
     codecLanes().run("route", 0, kept),
