@@ -1,8 +1,8 @@
 // The two images, without a Docker engine: Dockerfile.runtime and Dockerfile.operator read statically (pinned base,
 // multi-stage, production dependencies only, numeric non-root USER matching the pods' securityContext, no secret,
 // every COPY source present and let through .dockerignore, exec-form entrypoints), hadolint on both, the entrypoint
-// script's heap sizing and exec, and the build output the images are made of run as they would run it: compiled by
-// the Dockerfiles' own tsc command, laid out as /app, started through the entrypoint, stopped by SIGTERM.
+// script's heap sizing and exec, and the build output the images are made of run as they would run it: bundled by
+// the Dockerfiles' own build command, laid out as /app, started through the entrypoint, stopped by SIGTERM.
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
@@ -10,9 +10,18 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { describe, it, type TestContext } from "node:test";
 import { METRICS_PORT, renderDeployment, resolveSpec } from "../../operator/src/render/index.ts";
-import { freePort, nodeBin, tempDir, waitFor } from "../support/archiver.ts";
+import {
+  freePort,
+  nodeBin,
+  produce,
+  readArchive,
+  startArchiver,
+  tempDir,
+  waitCommittedToEnd,
+  waitFor,
+} from "../support/archiver.ts";
 import { chartDir, repo, tool } from "../support/packaging.ts";
-import { kubeNamespace, need } from "../support/testbed.ts";
+import { kafkaTopic, kubeNamespace, need, uniqueName } from "../support/testbed.ts";
 import { pipeline } from "../../operator/test/api/helpers.ts";
 
 interface Instruction {
@@ -248,25 +257,11 @@ describe("docker/entrypoint.sh", () => {
 });
 
 describe("the build output the images run", () => {
-  /** dist/ compiled by the Dockerfiles' command, beside package.json, node_modules and proto: the image's /app. */
+  /** dist/ built by the Dockerfiles' command, beside package.json, node_modules and proto: the image's /app. */
   const app = (t: TestContext) => {
     const dir = tempDir(t, "dfe-app-");
-    const tsc = spawnSync(
-      nodeBin,
-      [
-        join(repo, "node_modules/typescript/bin/tsc"),
-        "-p",
-        join(repo, "tsconfig.build.json"),
-        "--outDir",
-        join(dir, "dist"),
-      ],
-      { encoding: "utf8" },
-    );
-    assert.equal(
-      tsc.status,
-      0,
-      `tsc -p tsconfig.build.json failed, so would the image build:\n${tsc.stdout}${tsc.stderr}`,
-    );
+    const build = spawnSync(nodeBin, [join(repo, "scripts/build.ts"), join(dir, "dist")], { encoding: "utf8" });
+    assert.equal(build.status, 0, `scripts/build.ts failed, so would the image build:\n${build.stdout}${build.stderr}`);
     for (const f of ["package.json", "node_modules", "proto"]) symlinkSync(join(repo, f), join(dir, f));
     for (const { main } of IMAGES) assert.ok(existsSync(join(dir, main)), `${main} not in the build output`);
     return dir;
@@ -303,7 +298,7 @@ describe("the build output the images run", () => {
     return code;
   }
 
-  it("compiles, and both programs start from it and stop cleanly on SIGTERM", async (t) => {
+  it("builds, and both programs start from it, the runtime archives, and both stop cleanly on SIGTERM", async (t) => {
     const dir = app(t);
     const config = join(dir, "config.yaml");
     writeFileSync(config, "{}\n");
@@ -314,6 +309,38 @@ describe("the build output the images run", () => {
       ["run", "--config", config, "--metrics-addr", `127.0.0.1:${port}`],
       /idle until configured/,
     );
+
+    // The pipeline itself from the bundle: the lanes' worker found beside its chunk, the Kafka client, the codecs.
+    const topic = await kafkaTopic(t, { partitions: 2 });
+    const group = uniqueName("image");
+    const N = 2000;
+    await produce(topic, N, (i) => ({ value: JSON.stringify({ id: i, _org_id: `org-${i % 7}` }) }));
+    const root = join(dir, "archive");
+    const a = await startArchiver(
+      t,
+      {
+        kafka: { brokers: need("TESTBED_KAFKA_BROKERS").split(","), group_id: group, topics: [topic] },
+        archive: { destination: `file://${root}` },
+        buffer: { spool_dir: join(dir, "spool") },
+        compression: { codec: "zstd" },
+        routing: { mode: "expression", expression_fields: ["_org_id"] },
+        dlq: { enabled: false },
+      },
+      { dir, main: join(dir, IMAGES[0].main) },
+    );
+    await waitFor(
+      async () => (await a.metric("messages_received_total")) >= N,
+      60_000,
+      () => `the built runtime received too little:\n${a.output().slice(-4000)}`,
+    );
+    assert.equal(await a.stop("SIGTERM"), 0, a.output().slice(-4000));
+    const { files, lines } = readArchive(root);
+    assert.equal(new Set(files.map((f) => f.path.split("/")[1])).size, 7, files.map((f) => f.path).join("\n"));
+    assert.deepEqual(
+      lines.map((l) => (JSON.parse(l) as { id: number }).id).sort((x, y) => x - y),
+      Array.from({ length: N }, (_, i) => i),
+    );
+    await waitCommittedToEnd(group, topic, 30_000, () => "the built runtime did not commit to the end");
 
     const namespace = await kubeNamespace(t);
     await runUntil(

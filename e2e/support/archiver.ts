@@ -67,7 +67,14 @@ export interface RunningArchiver {
 export async function startArchiver(
   t: TestContext,
   config: Record<string, unknown>,
-  opts: { env?: Record<string, string>; dir?: string; waitReady?: boolean; configPath?: string } = {},
+  opts: {
+    env?: Record<string, string>;
+    dir?: string;
+    waitReady?: boolean;
+    configPath?: string;
+    /** The program to run: the sources' main.ts, else (the image's) a build's main.js. */
+    main?: string;
+  } = {},
 ): Promise<RunningArchiver> {
   const dir = opts.dir ?? tempDir(t);
   // With configPath the caller owns the file (a ConfigMap mount it updates); `config` is then not written.
@@ -78,7 +85,7 @@ export async function startArchiver(
   }
   const port = await freePort();
   const metricsAddr = `127.0.0.1:${port}`;
-  const proc = spawn(nodeBin, [mainTs, "run", "--config", file, "--metrics-addr", metricsAddr], {
+  const proc = spawn(nodeBin, [opts.main ?? mainTs, "run", "--config", file, "--metrics-addr", metricsAddr], {
     cwd: dir,
     env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "/root", ...opts.env },
     stdio: ["ignore", "pipe", "pipe"],
