@@ -4,8 +4,9 @@
 // before the first record; bundled, a pod scaled from zero reads its first records 0.1-0.2 s sooner.
 // Usage: node_modules/.bin/node scripts/build.ts [OUTDIR]   (default dist/ at the repo root)
 import { rmSync } from "node:fs";
+import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
-import { build, type BuildOptions } from "esbuild";
+import { build, type BuildOptions, type Plugin } from "esbuild";
 
 const root = resolve(import.meta.dirname, "..");
 const out = resolve(process.argv[2] ?? resolve(root, "dist"));
@@ -28,6 +29,29 @@ const EXTERNAL = [
   "@kubernetes/client-node",
 ];
 
+/** The Kafka client's module that makes its ajv instance, where scripts/lazy-validators.ts is applied. */
+const CLIENT_AJV = /[\\/]@platformatic[\\/]kafka[\\/]dist[\\/]utils\.js$/;
+let clientAjvSeen = false;
+
+/** Appends to the client's utils.js, after its `ajv` is made and before any schema of it compiles, the switch. */
+const lazyValidators: Plugin = {
+  name: "lazy-validators",
+  setup(b) {
+    b.onLoad({ filter: CLIENT_AJV }, async (args) => {
+      const text = await readFile(args.path, "utf8");
+      if (!/^export const ajv = /m.test(text)) {
+        throw new Error(`${args.path} no longer makes "export const ajv": see scripts/lazy-validators.ts`);
+      }
+      clientAjvSeen = true;
+      const helper = JSON.stringify(resolve(root, "scripts/lazy-validators.ts"));
+      return {
+        contents: `${text}\nimport { compileOnFirstUse } from ${helper};\ncompileOnFirstUse(ajv);\n`,
+        loader: "js",
+      };
+    });
+  },
+};
+
 const common: BuildOptions = {
   bundle: true,
   platform: "node",
@@ -39,6 +63,7 @@ const common: BuildOptions = {
   chunkNames: "chunk-[hash]",
   sourcemap: "linked",
   external: EXTERNAL,
+  plugins: [lazyValidators],
   // The CommonJS packages bundled (pino, prom-client) require Node's modules, which an ES module has no require for.
   banner: {
     js: 'import { createRequire as __createRequire } from "node:module"; const require = __createRequire(import.meta.url);',
@@ -56,3 +81,6 @@ await Promise.all([
   }),
   build({ ...common, entryPoints: [resolve(root, "operator/src/main.ts")], outdir: resolve(out, "operator/src") }),
 ]);
+// A client that moved its ajv elsewhere would start 0.16 s slower with nothing said: say it.
+if (!clientAjvSeen)
+  throw new Error("the build never loaded @platformatic/kafka's utils.js: see scripts/lazy-validators.ts");
