@@ -2,7 +2,7 @@
 // destination is configured, restarted in-process on each config change) until SIGTERM/SIGINT, then drains (stop
 // receiving, flush, complete files, commit) and exits 0, or non-zero when offsets were withheld.
 // Only what the heap sizing needs is loaded before it: a process given a memory limit restarts itself there (see
-// regulate/heap.ts), and the rest of the module graph, some 0.4 s of loading, is loaded once, after it.
+// regulate/heap.ts), and the rest of the module graph (the bundle's other chunks, built) is loaded once, after it.
 import { readConfig, watchConfig } from "./config/watch.ts";
 import type { Metrics } from "./observe/metrics.ts";
 import { sizeHeap } from "./regulate/heap.ts";
