@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, mock, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { readlinkSync } from "node:fs";
+import fs, { readlinkSync } from "node:fs";
 import { mkdir, mkdtemp, open, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -33,7 +33,10 @@ async function handleProto(): Promise<HandleProto> {
   return Object.getPrototypeOf(h) as HandleProto;
 }
 
-/** Records the path of every fsync, in order (Linux: a handle's path is /proc/self/fd/<fd>). */
+/**
+ * Records the path of every fsync, in order (Linux: a descriptor's path is /proc/self/fd/<fd>): a file's through its
+ * FileHandle, a directory's on a bare descriptor.
+ */
 async function spySyncs(): Promise<string[]> {
   const proto = await handleProto();
   const synced: string[] = [];
@@ -41,6 +44,11 @@ async function spySyncs(): Promise<string[]> {
   mock.method(proto, "sync", function (this: { fd: number }) {
     synced.push(readlinkSync(`/proc/self/fd/${this.fd}`));
     return original.call(this);
+  });
+  const fsync = fs.fsync;
+  mock.method(fs, "fsync", (fd: number, callback: (err: NodeJS.ErrnoException | null) => void) => {
+    synced.push(readlinkSync(`/proc/self/fd/${fd}`));
+    fsync(fd, callback);
   });
   return synced;
 }
@@ -168,6 +176,32 @@ test("a failed fsync is reported by its errno and the handle is released", async
   await assert.rejects(f.append(Buffer.from("y")), permanent("file_closed"));
   await f.abandon();
   await assert.rejects(stat(join(dir, "d/x.jsonl")), { code: "ENOENT" });
+});
+
+test("a directory's failed fsync fails the complete by its errno, closes its descriptor, and the retry syncs it", async () => {
+  const store = createFileStore(dir);
+  const f = await store.open("d/x.jsonl");
+  await f.append(Buffer.from("x"));
+  const closed: number[] = [];
+  const close = fs.close;
+  mock.method(fs, "close", (fd: number, callback: (err: NodeJS.ErrnoException | null) => void) => {
+    closed.push(fd);
+    close(fd, callback);
+  });
+  let failedFd = -1;
+  mock.method(fs, "fsync", (fd: number, callback: (err: NodeJS.ErrnoException | null) => void) => {
+    failedFd = fd;
+    callback(Object.assign(new Error("i/o error"), { code: "EIO" }));
+  });
+  await assert.rejects(f.complete(META), (e: unknown) => e instanceof ArchiverError && e.code === "EIO" && e.retryable);
+  assert.ok(closed.includes(failedFd), "the directory's descriptor was left open");
+  mock.restoreAll();
+  // Still dirty: the next complete through it syncs it.
+  const synced = await spySyncs();
+  const g = await store.open("d/y.jsonl");
+  await g.append(Buffer.from("y"));
+  await g.complete(META);
+  assert.ok(synced.includes(join(dir, "d")), `the directory was not synced again: ${JSON.stringify(synced)}`);
 });
 
 test("open never replaces a file, and a file where a directory should be is refused for good", async () => {
