@@ -413,8 +413,7 @@ export class Pipeline implements TransportSink {
       }
     }
     // Destination by destination, so a buffer the LRU evicts carries all of the turn's records for it.
-    const turn: { key: string | typeof TOO_DEEP; p: PendingChunks; g: RoutedGroup }[] = [];
-    for (const [key, list] of byKey) for (const { p, g } of list) turn.push({ key, p, g });
+    const turn = [...byKey.values()].flat();
     this.#buffering = true;
     // A batch's records a slice. A slice's flushes reach the lanes once its microtasks have run, and the transport's
     // replies are read between slices: buffered in one go, a turn of 80k records kept the event loop busy for 40-80
@@ -423,11 +422,11 @@ export class Pipeline implements TransportSink {
     let next = 0;
     const slice = (): void => {
       for (let records = 0; next < turn.length && records < sliceRecords; next++) {
-        const { key, p, g } = turn[next] as (typeof turn)[number];
+        const { p, g } = turn[next] as (typeof turn)[number];
         // A rebalance between slices took the partition: the rest of its records are left to its next reader.
         if (this.#tracker.assignment(p.slot) !== p.assignment) continue;
-        if (key === TOO_DEEP) this.#tooDeep(p.batch, p.slot, g);
-        else this.#buffers.add(key, p.slot, g);
+        if (g.key === TOO_DEEP) this.#tooDeep(p.batch, p.slot, g);
+        else this.#buffers.add(g.key, p.slot, g);
         records += g.count;
       }
       if (next < turn.length) {
