@@ -6,6 +6,7 @@ import { KubernetesObjectApi, type KubernetesObject } from "@kubernetes/client-n
 import { FIELD_MANAGER } from "../../src/api/group.ts";
 import { APPLIED_HASH_ANNOTATION, Applier, appliedHash } from "../../src/controller/apply.ts";
 import { renderAll, type KubeObject } from "../../src/render/index.ts";
+import { waitFor } from "../../../e2e/support/archiver.ts";
 import { kubeConfig, kubeNamespace } from "../../../e2e/support/testbed.ts";
 import { createPipeline, installCrds } from "../support/kube.ts";
 
@@ -18,6 +19,25 @@ async function versions(desired: readonly KubeObject[]): Promise<string[]> {
       return `${o.kind}=${live.metadata?.resourceVersion}`;
     }),
   );
+}
+
+/**
+ * The versions once nothing else writes the objects: the testbed's deployment controller writes a new Deployment's
+ * status a moment after it is created, and a snapshot taken before that write saw it as the applier's.
+ */
+async function settledVersions(desired: readonly KubeObject[]): Promise<string[]> {
+  let last: string[] = [];
+  await waitFor(
+    async () => {
+      const now = await versions(desired);
+      const same = now.join() === last.join();
+      last = now;
+      return same;
+    },
+    10_000,
+    () => `the objects kept changing: ${last.join(", ")}`,
+  );
+  return last;
 }
 
 describe("Applier", () => {
@@ -57,7 +77,7 @@ describe("Applier", () => {
       assert.ok(o.metadata?.managedFields?.some((m) => m.manager === FIELD_MANAGER && m.operation === "Apply"));
       assert.equal(o.metadata?.ownerReferences?.[0]?.uid, cr.metadata.uid);
     }
-    const before = await versions(desired);
+    const before = await settledVersions(desired);
     for (let i = 0; i < 3; i++) {
       const again = await applier.applyAll(renderAll(cr, { image: "img:1", kedaInstalled: true, secretHashes: {} }));
       assert.ok(
