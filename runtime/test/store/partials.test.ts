@@ -1,9 +1,9 @@
-// A local destination's half-written files: the journal marks each while it is written, and the next start on the
+// A local destination's half-written files: the journal notes each while it is written, and the next start on the
 // same spool removes them (kafka with acknowledgements) or quarantines them (nothing delivers their records again).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { link, readdir, readFile, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { appendFile, link, mkdir, readdir, readFile, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import { createFileStore, partialPath } from "../../src/store/file.ts";
 import { PartialJournal, settlePartials } from "../../src/store/partials.ts";
 import { Quarantine } from "../../src/store/quarantine.ts";
@@ -41,10 +41,90 @@ async function killed() {
   return { spool, root, dir, metrics, lines, settle };
 }
 
-test("the journal holds a marker exactly while a file is written under its hidden name", async () => {
+/** The lines of the journal's logs in `dir`, in order, each as its kind and archive path. */
+async function journalLines(dir: string): Promise<string[]> {
+  const lines: string[] = [];
+  for (const name of (await readdir(dir)).filter((n) => n.endsWith(".log")).sort()) {
+    for (const line of (await readFile(join(dir, name), "utf8")).split("\n").filter(Boolean)) {
+      lines.push(`${line.slice(0, 1)} ${(JSON.parse(line.slice(2)) as { relPath: string }).relPath}`);
+    }
+  }
+  return lines;
+}
+
+test("the journal notes each file opened under its hidden name and each closed, in one log", async () => {
   const k = await killed();
-  assert.equal((await readdir(k.dir)).length, 2, "the completed file's marker is gone, the open ones' are there");
+  assert.equal((await readdir(k.dir)).length, 1, "one log, not a file a marker");
+  // A, opened and closed before the others, took its log with it (see the next test).
+  assert.deepEqual(await journalLines(k.dir), [`o ${B}`, `o ${C}`]);
   assert.deepEqual(await readFile(join(k.root, A), "utf8"), "a1\n");
+});
+
+test("past its size a log is replaced by one that starts with the files still open; the first is removed", async () => {
+  const spool = await tempDir();
+  const root = join(await tempDir(), "archive");
+  const dir = join(spool, "partials");
+  const { log } = captureLog();
+  const journal = new PartialJournal(dir, log, { rotateBytes: 300 });
+  const store = createFileStore(root, { publish: true, journal });
+  const kept = await store.open(B);
+  await kept.append(Buffer.from("kept\n"));
+  for (let i = 0; i < 8; i++) {
+    const f = await store.open(`roll/${i}.jsonl`);
+    await f.append(Buffer.from("x\n"));
+    await f.complete(META);
+  }
+  const logs = (await readdir(dir)).filter((n) => n.endsWith(".log"));
+  assert.equal(logs.length, 1, `one log left: ${logs.join(", ")}`);
+  const lines = await journalLines(dir);
+  assert.equal(lines[0], `o ${B}`, "the new log starts with the file still open");
+  assert.ok(lines.length < 17, `the first lines went with the first log: ${lines.length}`);
+  const metrics = newMetrics();
+  const settled = await settlePartials({
+    dir,
+    mode: "remove",
+    quarantine: () => assert.fail("nothing to quarantine"),
+    metrics,
+    log,
+  });
+  assert.deepEqual(settled, { removed: 1, quarantined: 0 }, "only the file left open");
+  await assert.rejects(readFile(partialPath(join(root, B))), { code: "ENOENT" });
+  for (let i = 0; i < 8; i++) assert.equal(await readFile(join(root, `roll/${i}.jsonl`), "utf8"), "x\n");
+});
+
+test("once every file it noted is closed, the log is removed, and the next file starts a new one", async () => {
+  const spool = await tempDir();
+  const dir = join(spool, "partials");
+  const { log } = captureLog();
+  const store = createFileStore(join(await tempDir(), "archive"), {
+    publish: true,
+    journal: new PartialJournal(dir, log),
+  });
+  const files = await Promise.all([A, B].map((rel) => store.open(rel)));
+  for (const f of files) await f.append(Buffer.from("x\n"));
+  await files[0]?.complete(META);
+  assert.deepEqual(await journalLines(dir), [`o ${A}`, `o ${B}`, `c ${A}`], "B still open: the log stays");
+  await files[1]?.complete(META);
+  assert.deepEqual(await readdir(dir), [], "all closed: no log left");
+  const next = await store.open(C);
+  assert.deepEqual(await journalLines(dir), [`o ${C}`]);
+  await next.abandon();
+  assert.deepEqual(await readdir(dir), []);
+});
+
+test("logs read in order: a file opened in one and closed in a later one is closed", async () => {
+  const k = await killed();
+  // As a kill between a rotation's new log and the removal of the one before leaves them: B, open in the first, is
+  // closed in the second (its partial, had it one, is another process's to touch no more); D is opened there.
+  const D = "logs/13-000002-k3x9a2_2.jsonl.zst";
+  const marker = (rel: string) => JSON.stringify({ root: k.root, relPath: rel });
+  await writeFile(join(k.dir, "999999999999999-1-000000.log"), `o ${marker(B)}\nc ${marker(B)}\no ${marker(D)}\n`);
+  await mkdir(dirname(partialPath(join(k.root, D))), { recursive: true });
+  await writeFile(partialPath(join(k.root, D)), "d\n");
+  assert.deepEqual(await k.settle("remove"), { removed: 2, quarantined: 0 }, "C and D");
+  assert.equal(await readFile(partialPath(join(k.root, B)), "utf8"), `${B}\n`, "B was closed: untouched");
+  for (const rel of [C, D]) await assert.rejects(readFile(partialPath(join(k.root, rel))), { code: "ENOENT" });
+  assert.deepEqual(await readdir(k.dir), []);
 });
 
 test("kafka with acknowledgements: every half-written file is removed and counted replayed", async () => {
@@ -84,13 +164,20 @@ test("killed between the link to its archive name and the unlink: the file is wh
 
 test("a marker whose file is gone, or that cannot be read, is dropped; nothing else is touched", async () => {
   const k = await killed();
+  const [logName] = await readdir(k.dir);
+  // A line a crash left torn, among whole ones; and marker files an earlier version of the journal wrote.
+  await appendFile(join(k.dir, logName as string), "o {not json\n\0\0\0\n");
   await writeFile(join(k.dir, "garbage.json"), "{not json");
   await writeFile(
     join(k.dir, "gone.json"),
     JSON.stringify({ root: k.root, relPath: "events/none-000009-x_1.jsonl.zst" }),
   );
-  assert.deepEqual(await k.settle("remove"), { removed: 2, quarantined: 0 });
+  const E = "events/acme/2026/12/02/13-000003-k3x9a2_1.jsonl.zst";
+  await writeFile(partialPath(join(k.root, E)), "e\n");
+  await writeFile(join(k.dir, "legacy.json"), JSON.stringify({ root: k.root, relPath: E }));
+  assert.deepEqual(await k.settle("remove"), { removed: 3, quarantined: 0 }, "B, C and the legacy marker's E");
   assert.deepEqual(await readdir(k.dir), []);
+  assert.equal(k.lines.filter((l) => l.msg.startsWith("unreadable in-progress file journal line")).length, 2);
 });
 
 test("a spool that refuses markers warns once and never fails a write", async () => {
