@@ -303,8 +303,12 @@ class FileStore implements ArchiveStore {
       if (need === undefined) return;
       const running = this.#syncing.get(dir);
       if (running !== undefined) {
-        await running.done;
-        if (running.start > need) return;
+        // One that fails (a background one among them) leaves it dirty: this caller's own attempt decides.
+        const synced = await running.done.then(
+          () => true,
+          () => false,
+        );
+        if (synced && running.start > need) return;
         continue;
       }
       const start = ++this.#seq;

@@ -100,7 +100,7 @@ test("once every file it noted is closed, the log is removed, and the next file 
     publish: true,
     journal: new PartialJournal(dir, log),
   });
-  const files = await Promise.all([A, B].map((rel) => store.open(rel)));
+  const files = [await store.open(A), await store.open(B)];
   for (const f of files) await f.append(Buffer.from("x\n"));
   await files[0]?.complete(META);
   assert.deepEqual(await journalLines(dir), [`o ${A}`, `o ${B}`, `c ${A}`], "B still open: the log stays");
