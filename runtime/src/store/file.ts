@@ -266,14 +266,7 @@ class FileStore implements ArchiveStore {
     await this.#ensureRoot();
     const dir = dirname(path);
     const first = await mkdirs(dir);
-    if (first !== undefined) {
-      const parents = dirsUpTo(dir, first).map((d) => dirname(d));
-      for (const parent of parents) this.#markDirty(parent);
-      // Synced now, behind the open, not by the file's complete: the created entries are the file's path, not its
-      // data, and a drain completing a thousand files in new directories spent 0.1 s syncing 5,000 of them. One that
-      // fails stays dirty, and the complete syncs it again and reports it.
-      for (const parent of parents) this.syncIfDirty(parent).catch(() => undefined);
-    }
+    if (first !== undefined) for (const d of dirsUpTo(dir, first)) this.#markDirty(dirname(d));
     let handle: FileHandle;
     await this.journal?.opened(this.root, relPath);
     try {
@@ -303,12 +296,8 @@ class FileStore implements ArchiveStore {
       if (need === undefined) return;
       const running = this.#syncing.get(dir);
       if (running !== undefined) {
-        // One that fails (a background one among them) leaves it dirty: this caller's own attempt decides.
-        const synced = await running.done.then(
-          () => true,
-          () => false,
-        );
-        if (synced && running.start > need) return;
+        await running.done;
+        if (running.start > need) return;
         continue;
       }
       const start = ++this.#seq;

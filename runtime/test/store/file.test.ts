@@ -85,41 +85,34 @@ test("appended frames are on disk exactly, and size counts them", async () => {
   await assert.rejects(f.append(Buffer.from("x")), permanent("file_closed"));
 });
 
-test("a file's new directories sync behind its open; complete syncs the file, then what its path still needs", async () => {
+test("complete syncs the file, then each directory up to the root, then the parents of a root it created", async () => {
   const root = join(dir, "a", "b", "root"); // dir exists; a, a/b and the root do not
   const store = createFileStore(root);
   const synced = await spySyncs();
   const f = await store.open("events/acme/x.jsonl");
   await f.append(Buffer.from("data"));
-  // The entries the open created (events in the root, acme in events) sync in the background; never the file.
-  const created = [join(root, "events"), root];
-  assert.ok(
-    synced.every((p) => created.includes(p)),
-    `before complete only the created entries sync: ${JSON.stringify(synced)}`,
-  );
+  assert.deepEqual(synced, [], "nothing syncs before complete");
   await f.complete(META);
-  const file = join(root, "events/acme/x.jsonl");
-  assert.deepEqual(
-    synced.filter((p) => !created.includes(p)),
-    [file, join(root, "events/acme"), join(dir, "a", "b"), join(dir, "a"), dir],
-    "complete: the file, then the directory holding its entry, then the parents of the root it created",
-  );
-  assert.deepEqual([...synced.filter((p) => created.includes(p))].sort(), [...created].sort(), "each once");
+  assert.deepEqual(synced, [
+    join(root, "events/acme/x.jsonl"),
+    join(root, "events/acme"),
+    join(root, "events"),
+    root,
+    join(dir, "a", "b"),
+    join(dir, "a"),
+    dir,
+  ]);
 
-  // Nothing new on the path: a later file syncs only itself and its new directory's entry.
+  // The root's entry is synced once: a later file syncs only its own path up to the root.
   synced.length = 0;
   const g = await store.open("logs/y.jsonl");
   await g.append(Buffer.from("more"));
   await g.complete(META);
-  assert.deepEqual(
-    synced.filter((p) => p !== root),
-    [join(root, "logs/y.jsonl"), join(root, "logs")],
-  );
-  assert.equal(synced.filter((p) => p === root).length, 1, "the root, for the entry of logs, once");
+  assert.deepEqual(synced, [join(root, "logs/y.jsonl"), join(root, "logs"), root]);
   assert.equal((await stat(join(root, "logs/y.jsonl"))).size, 4);
 });
 
-test("files completing together share their directories' syncs, the ones above a root it created too", async () => {
+test("files completing together sync each directory once, the ones above a root it created too", async () => {
   const root = join(dir, "a", "b", "root");
   const store = createFileStore(root);
   const synced = await spySyncs();
@@ -128,16 +121,9 @@ test("files completing together share their directories' syncs, the ones above a
   await Promise.all(files.map((f) => f.complete(META)));
   const counts = new Map<string, number>();
   for (const path of synced) counts.set(path, (counts.get(path) ?? 0) + 1);
-  // Opens racing to create the same path may each create part of it and sync its entries behind them: twice at most.
-  const created = [join(root, "events"), root];
-  const atComplete = [join(root, "events/acme"), join(dir, "a", "b"), join(dir, "a"), dir];
-  for (const d of created) {
-    const n = counts.get(d) ?? 0;
-    assert.ok(n >= 1 && n <= 2, `${d} synced ${n} times`);
-  }
-  for (const d of atComplete) assert.equal(counts.get(d), 1, `${d} synced ${counts.get(d) ?? 0} times`);
-  for (const f of files) assert.equal(counts.get(join(root, f.relPath)), 1, f.relPath);
-  assert.equal(counts.size, files.length + created.length + atComplete.length, synced.join("\n"));
+  const dirs = [join(root, "events/acme"), join(root, "events"), root, join(dir, "a", "b"), join(dir, "a"), dir];
+  for (const d of dirs) assert.equal(counts.get(d), 1, `${d} synced ${counts.get(d) ?? 0} times`);
+  assert.equal(synced.length, files.length + dirs.length, synced.join("\n"));
 });
 
 test("a root that was already there syncs nothing above it", async () => {
@@ -216,35 +202,6 @@ test("a directory's failed fsync fails the complete by its errno, closes its des
   await g.append(Buffer.from("y"));
   await g.complete(META);
   assert.ok(synced.includes(join(dir, "d")), `the directory was not synced again: ${JSON.stringify(synced)}`);
-});
-
-test("a created entry whose background sync failed is synced again by the complete", async () => {
-  const root = join(dir, "root");
-  await mkdir(root);
-  const store = createFileStore(root);
-  const attempts: { path: string; failed: boolean }[] = [];
-  const fsync = fs.fsync;
-  mock.method(fs, "fsync", (fd: number, callback: (err: NodeJS.ErrnoException | null) => void) => {
-    const path = readlinkSync(`/proc/self/fd/${fd}`);
-    // The root's first sync is the one behind the open that created d in it.
-    const failed = path === root && !attempts.some((a) => a.path === root);
-    attempts.push({ path, failed });
-    if (failed) callback(Object.assign(new Error("i/o error"), { code: "EIO" }));
-    else fsync(fd, callback);
-  });
-  const f = await store.open("d/x.jsonl");
-  await f.append(Buffer.from("x"));
-  await f.complete(META);
-  const atRoot = attempts.filter((a) => a.path === root);
-  assert.deepEqual(
-    atRoot.map((a) => a.failed),
-    [true, false],
-    `the root's entry for d: a failed sync, then one that held: ${JSON.stringify(attempts)}`,
-  );
-  assert.ok(
-    attempts.indexOf(atRoot[1] as (typeof attempts)[number]) > attempts.findIndex((a) => a.path === join(root, "d")),
-    "synced again by the complete, after the directory below it",
-  );
 });
 
 test("open never replaces a file, and a file where a directory should be is refused for good", async () => {
