@@ -2,7 +2,7 @@
 // same spool removes them (kafka with acknowledgements) or quarantines them (nothing delivers their records again).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { appendFile, link, mkdir, readdir, readFile, writeFile } from "node:fs/promises";
+import { appendFile, link, mkdir, readdir, readFile, rm, unlink, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { createFileStore, partialPath } from "../../src/store/file.ts";
 import { PartialJournal, settlePartials } from "../../src/store/partials.ts";
@@ -178,6 +178,22 @@ test("a marker whose file is gone, or that cannot be read, is dropped; nothing e
   assert.deepEqual(await k.settle("remove"), { removed: 3, quarantined: 0 }, "B, C and the legacy marker's E");
   assert.deepEqual(await readdir(k.dir), []);
   assert.equal(k.lines.filter((l) => l.msg.startsWith("unreadable in-progress file journal line")).length, 2);
+});
+
+test("a file that cannot be settled stays in the journal, and the next start settles it", async () => {
+  const k = await killed();
+  // A directory under C's hidden name: its unlink fails, whoever runs the test.
+  const partialC = partialPath(join(k.root, C));
+  await unlink(partialC);
+  await mkdir(join(partialC, "in-the-way"), { recursive: true });
+  assert.deepEqual(await k.settle("remove"), { removed: 1, quarantined: 0 }, "B only");
+  assert.equal(k.lines.filter((l) => l.msg === "half-written file could not be settled at startup").length, 1);
+  assert.deepEqual(await journalLines(k.dir), [`o ${C}`], "C carried into a log of its own");
+  await rm(partialC, { recursive: true });
+  await writeFile(partialC, "c\n");
+  assert.deepEqual(await k.settle("remove"), { removed: 1, quarantined: 0 }, "C, at the next start");
+  await assert.rejects(readFile(partialC), { code: "ENOENT" });
+  assert.deepEqual(await readdir(k.dir), []);
 });
 
 test("a spool that refuses markers warns once and never fails a write", async () => {
