@@ -31,11 +31,16 @@ interface Marker {
 /** A log's lines: `o <marker>` once a file is opened, `c <marker>` once it has its archive name or was given up. */
 const OPENED = "o ";
 const CLOSED = "c ";
+type LineKind = typeof OPENED | typeof CLOSED;
 const LOG_SUFFIX = ".log";
+/** One marker a file, as an earlier version of the journal kept them; still read at a start. */
+const MARKER_SUFFIX = ".json";
+const isJournalFile = (name: string): boolean => name.endsWith(LOG_SUFFIX) || name.endsWith(MARKER_SUFFIX);
 /** A log past this size is replaced by a new one that starts with the files still open (see #rotate). */
 const ROTATE_BYTES = 1 << 20;
 
 const markerKey = (m: Marker): string => `${m.root}\0${m.relPath}`;
+const journalLine = (kind: LineKind, m: Marker): string => `${kind}${JSON.stringify(m)}\n`;
 
 const openFd = promisify(open);
 const closeFd = promisify(close);
@@ -66,7 +71,7 @@ export class PartialJournal {
   #fd: number | undefined;
   #file: string | undefined;
   #bytes = 0;
-  #lines: { kind: typeof OPENED | typeof CLOSED; marker: Marker }[] = [];
+  #lines: { kind: LineKind; marker: Marker }[] = [];
   #noted: (() => void)[] = [];
   #writing = false;
   #warned = false;
@@ -87,7 +92,7 @@ export class PartialJournal {
     return this.#note(CLOSED, { root, relPath });
   }
 
-  #note(kind: typeof OPENED | typeof CLOSED, marker: Marker): Promise<void> {
+  #note(kind: LineKind, marker: Marker): Promise<void> {
     this.#lines.push({ kind, marker });
     const noted = new Promise<void>((r) => this.#noted.push(r));
     // Behind the turn's other notes, so they share a write.
@@ -106,7 +111,7 @@ export class PartialJournal {
       this.#noted = [];
       try {
         if (this.#fd === undefined || this.#bytes >= this.#rotateBytes) await this.#rotate();
-        const bytes = Buffer.from(lines.map((l) => `${l.kind}${JSON.stringify(l.marker)}\n`).join(""));
+        const bytes = Buffer.from(lines.map((l) => journalLine(l.kind, l.marker)).join(""));
         await appendAll(this.#fd as number, bytes);
         this.#bytes += bytes.length;
       } catch (err) {
@@ -138,7 +143,7 @@ export class PartialJournal {
     await mkdir(this.#dir, { recursive: true });
     const file = join(this.#dir, logName());
     const fd = await openFd(file, "a");
-    const head = [...this.#open.values()].map((m) => `${OPENED}${JSON.stringify(m)}\n`).join("");
+    const head = [...this.#open.values()].map((m) => journalLine(OPENED, m)).join("");
     try {
       await appendAll(fd, Buffer.from(head));
     } catch (err) {
@@ -185,7 +190,7 @@ async function openMarkers(
   const unread = new Set<string>();
   for (const name of [...names].sort()) {
     const path = join(dir, name);
-    if (!name.endsWith(LOG_SUFFIX) && !name.endsWith(".json")) continue;
+    if (!isJournalFile(name)) continue;
     let text: string;
     try {
       text = await readFile(path, "utf8");
@@ -194,7 +199,7 @@ async function openMarkers(
       unread.add(name);
       continue;
     }
-    if (name.endsWith(".json")) {
+    if (name.endsWith(MARKER_SUFFIX)) {
       const marker = parseMarker(text);
       if (marker === undefined) log.warn({ marker: path }, "unreadable in-progress file marker removed");
       else open.set(markerKey(marker), marker);
@@ -275,13 +280,13 @@ export async function settlePartials(o: SettlePartialsOptions): Promise<{ remove
   // What is left to settle goes to a log of its own before the ones read are removed.
   if (unsettled.length > 0) {
     const carried = join(o.dir, logName());
-    const lines = unsettled.map((m) => `${OPENED}${JSON.stringify(m)}\n`).join("");
+    const lines = unsettled.map((m) => journalLine(OPENED, m)).join("");
     await writeFile(carried, lines).catch((err: unknown) => {
       throw fsError(err, "write", carried);
     });
   }
   for (const name of names) {
-    if (unread.has(name) || !(name.endsWith(LOG_SUFFIX) || name.endsWith(".json"))) continue;
+    if (unread.has(name) || !isJournalFile(name)) continue;
     await unlink(join(o.dir, name)).catch(() => undefined);
   }
   if (removed + quarantined > 0) o.log.info({ mode: o.mode, removed, quarantined }, "half-written local files settled");
