@@ -1,8 +1,10 @@
 // The WebAssembly scan (scan.wat, assembled into scan-module.ts by scripts/generate.ts): extract.ts's validating pass
 // for records whose routed paths are all top-level plain keys, 2.6 times as fast on the bench's records (0.71 against
-// 1.86 µs), mostly from string bodies read 16 bytes at a time. Each record is copied into the module's memory, so
-// nothing here depends on how long the caller's buffer lives or whether it changes.
+// 1.86 µs), mostly from string bodies read 16 bytes at a time. A record decoded by an lz4 decoder (Kafka's lz4
+// batches) is scanned where it lies in the decoder's memory, the scan's tables at its head; any other is copied into
+// the scanner's own memory, so nothing depends on how long the caller's buffer lives or whether it changes.
 
+import { decoderMemory, SHARED_HEAD, type WasmMemory } from "../transport/lz4-frame.ts";
 import { SCAN_MODULE } from "./scan-module.ts";
 
 // The module's memory layout, as scan.wat's header gives it.
@@ -24,30 +26,57 @@ export const WASM_MAX_KEY_BYTES = KEY_STRIDE - 4;
 /** scan's verdicts: extract.ts's ScanResult, and Unhandled for a record the JavaScript scan must read instead. */
 export const WasmVerdict = { Ok: 0, Invalid: 1, TooDeep: 2, Unhandled: 3 } as const;
 
-interface WasmMemory {
-  readonly buffer: ArrayBuffer;
-  grow(pages: number): number;
-}
+if (SHARED_HEAD < RECORDS_AT) throw new Error("an lz4 decoder's memory leaves too little room for the scan's tables");
 
 interface ScanExports {
-  readonly memory: WasmMemory;
   scan(p: number, n: number, maxDepth: number): number;
 }
 
 // The part of the WebAssembly global used here: TypeScript declares it only in its DOM libraries.
 declare const WebAssembly: {
   Module: new (bytes: Uint8Array) => object;
-  Instance: new (module: object) => { readonly exports: unknown };
+  Instance: new (module: object, imports: object) => { readonly exports: unknown };
+  Memory: new (descriptor: { initial: number }) => WasmMemory;
   CompileError: new () => Error;
 };
 
 let compiled: object | undefined;
 
-/** One instance per scanner: its memory holds the record, the keys and the slots of the last scan. */
+/** The scan instantiated over one memory, and views of that memory (growing it detaches them). */
+class Bound {
+  readonly memory: WasmMemory;
+  readonly exports: ScanExports;
+  bytes = Buffer.alloc(0);
+  words = new Uint32Array(0);
+
+  constructor(memory: WasmMemory) {
+    this.memory = memory;
+    this.exports = new WebAssembly.Instance(compiled as object, { env: { memory } }).exports as ScanExports;
+    this.views();
+  }
+
+  views(): void {
+    this.bytes = Buffer.from(this.memory.buffer);
+    this.words = new Uint32Array(this.memory.buffer);
+  }
+}
+
+/**
+ * The decoder memory whose tables were written last, and for which scanner: scanners reading one memory (a reload's
+ * two routers) take turns writing their keys there, and a memory not named here is written before it is read.
+ */
+let tables: { memory: WasmMemory; scanner: WasmScanner } | undefined;
+
+/** One scanner per extractor: its keys, its own memory, and the decoder memory it last read in place. */
 export class WasmScanner {
-  readonly #exports: ScanExports;
-  #bytes: Buffer;
-  #words: Uint32Array;
+  readonly #keys: readonly Uint8Array[];
+  readonly #own: Bound;
+  #shared: Bound | undefined;
+  /** The last buffer found to be no decoder's, so records copied from it look it up once. */
+  #foreign: ArrayBufferLike | undefined;
+  /** The instance of the last scan, whose slots are read, and where its record started in that memory. */
+  #last: Bound;
+  #base = RECORDS_AT;
 
   /** A scanner for `keys`, or undefined where this Node has no WebAssembly SIMD (never on Node 24). */
   static open(keys: readonly Uint8Array[]): WasmScanner | undefined {
@@ -60,26 +89,31 @@ export class WasmScanner {
       if (err instanceof WebAssembly.CompileError) return undefined;
       throw err;
     }
-    return new WasmScanner(keys, new WebAssembly.Instance(compiled).exports as ScanExports);
+    return new WasmScanner(keys);
   }
 
-  private constructor(keys: readonly Uint8Array[], exports: ScanExports) {
-    this.#exports = exports;
-    this.#bytes = Buffer.alloc(0);
-    this.#words = new Uint32Array(0);
-    this.#views();
-    const b = this.#bytes;
+  private constructor(keys: readonly Uint8Array[]) {
+    this.#keys = keys;
+    this.#own = new Bound(new WebAssembly.Memory({ initial: Math.ceil((RECORDS_AT + SLACK) / PAGE) }));
+    this.#last = this.#own;
+    this.#writeTables(this.#own);
+  }
+
+  #writeTables(at: Bound): void {
+    const b = at.bytes;
     b.fill(255, HEX_AT, HEX_AT + 256);
     for (let d = 0; d < 16; d++) {
       b[HEX_AT + "0123456789abcdef".charCodeAt(d)] = d;
       b[HEX_AT + "0123456789ABCDEF".charCodeAt(d)] = d;
     }
+    b.fill(0, ESCAPE_AT, ESCAPE_AT + 256);
     for (const c of '"\\/bfnrt') b[ESCAPE_AT + c.charCodeAt(0)] = 1;
-    b.writeUInt32LE(keys.length, KEYS_AT);
-    keys.forEach((k, i) => {
+    b.writeUInt32LE(this.#keys.length, KEYS_AT);
+    this.#keys.forEach((k, i) => {
       b.writeUInt32LE(k.length, KEYS_AT + 4 + i * KEY_STRIDE);
       b.set(k, KEYS_AT + 8 + i * KEY_STRIDE);
     });
+    if (at !== this.#own) tables = { memory: at.memory, scanner: this };
   }
 
   /**
@@ -87,44 +121,71 @@ export class WasmScanner {
    * in buf's coordinates.
    */
   scan(buf: Uint8Array, start: number, end: number, maxDepth: number): number {
+    const depth = Math.min(maxDepth, 0x7fffffff);
+    const at = buf.byteOffset + start;
+    const shared = this.#inPlace(buf.buffer, at, at + end - start + SLACK);
+    if (shared !== undefined) {
+      this.#last = shared;
+      this.#base = at;
+      return shared.exports.scan(at, at + end - start, depth);
+    }
+    const own = this.#own;
     const length = end - start;
-    if (RECORDS_AT + length + SLACK > this.#bytes.length) this.#grow(RECORDS_AT + length + SLACK);
+    if (RECORDS_AT + length + SLACK > own.bytes.length) {
+      own.memory.grow(Math.ceil((RECORDS_AT + length + SLACK - own.bytes.length) / PAGE));
+      own.views();
+    }
     // Buffer#copy where it can: a subarray and TypedArray#set a record took more than the copy itself.
-    if (Buffer.isBuffer(buf)) buf.copy(this.#bytes, RECORDS_AT, start, end);
-    else this.#bytes.set(buf.subarray(start, end), RECORDS_AT);
+    if (Buffer.isBuffer(buf)) buf.copy(own.bytes, RECORDS_AT, start, end);
+    else own.bytes.set(buf.subarray(start, end), RECORDS_AT);
+    this.#last = own;
+    this.#base = RECORDS_AT;
     // The slack after this record may hold the tail of a longer one: the scan only ever compares it, never accepts it.
-    return this.#exports.scan(RECORDS_AT, RECORDS_AT + length, Math.min(maxDepth, 0x7fffffff));
+    return own.exports.scan(RECORDS_AT, RECORDS_AT + length, depth);
+  }
+
+  /**
+   * The scan over the decoder memory `buffer` belongs to, where [at, until) lies in it past the tables; else
+   * undefined, and the record is copied.
+   */
+  #inPlace(buffer: ArrayBufferLike, at: number, until: number): Bound | undefined {
+    let shared = this.#shared;
+    if (shared === undefined || shared.bytes.buffer !== buffer) {
+      if (buffer === this.#foreign) return undefined;
+      const memory = decoderMemory(buffer);
+      if (memory === undefined) {
+        this.#foreign = buffer;
+        return undefined;
+      }
+      if (shared?.memory === memory) shared.views();
+      else this.#shared = shared = new Bound(memory);
+    }
+    if (at < SHARED_HEAD || until > buffer.byteLength) return undefined;
+    if (tables?.memory !== shared.memory || tables.scanner !== this) this.#writeTables(shared);
+    return shared;
+  }
+
+  /** Whether the last scan read its record where an lz4 decoder left it, rather than a copy. */
+  get inPlace(): boolean {
+    return this.#last !== this.#own;
   }
 
   /** Key i's kind after the last Ok scan (extract.ts's FieldKind). */
   kind(i: number): number {
-    return this.#words[(SLOTS_AT + i * SLOT_BYTES) >> 2] as number;
+    return this.#last.words[(SLOTS_AT + i * SLOT_BYTES) >> 2] as number;
   }
 
   /** Where key i's value starts in the scanned record's buffer, given the record's start there. */
   start(i: number, recordStart: number): number {
-    return (this.#words[(SLOTS_AT + i * SLOT_BYTES + 4) >> 2] as number) - RECORDS_AT + recordStart;
+    return (this.#last.words[(SLOTS_AT + i * SLOT_BYTES + 4) >> 2] as number) - this.#base + recordStart;
   }
 
   end(i: number, recordStart: number): number {
-    return (this.#words[(SLOTS_AT + i * SLOT_BYTES + 8) >> 2] as number) - RECORDS_AT + recordStart;
+    return (this.#last.words[(SLOTS_AT + i * SLOT_BYTES + 8) >> 2] as number) - this.#base + recordStart;
   }
 
   /** Whether key i's string value holds an escape. */
   escaped(i: number): boolean {
-    return this.#words[(SLOTS_AT + i * SLOT_BYTES + 12) >> 2] === 1;
-  }
-
-  #grow(size: number): void {
-    const memory = this.#exports.memory;
-    memory.grow(Math.ceil((size - memory.buffer.byteLength) / PAGE));
-    this.#views();
-  }
-
-  // Growing the memory detaches the views over it.
-  #views(): void {
-    const buffer = this.#exports.memory.buffer;
-    this.#bytes = Buffer.from(buffer);
-    this.#words = new Uint32Array(buffer);
+    return this.#last.words[(SLOTS_AT + i * SLOT_BYTES + 12) >> 2] === 1;
   }
 }

@@ -1,7 +1,9 @@
 ;; The validating scan of route/extract.ts, for records whose routed paths are all top-level plain keys: one pass over
 ;; a record that accepts exactly what JSON.parse accepts, and leaves at each routed key's slot the span and kind of the
 ;; key's last value. String bodies are scanned 16 bytes at a time (SIMD); the rest is the same state machine as
-;; extract.ts's parse. The caller (route/scan-wasm.ts) copies each record into memory and reads the slots.
+;; extract.ts's parse. The caller (route/scan-wasm.ts) reads the slots. The memory is imported: a scanner's own, into
+;; which each record is copied, or an lz4 decoder's, whose output the scan reads where it was decoded (the decoder
+;; leaves the first 128 KiB to these tables).
 ;;
 ;; Memory layout (bytes):
 ;;   0..255        HEX: a hex digit's value, 255 for any other byte
@@ -9,9 +11,10 @@
 ;;   512..1023     keys: u32 count, then per key u32 length and 60 bytes (KEY_STRIDE 64 from 516)
 ;;   1024..2047    slots, per key 16 bytes: u32 kind (0 absent, 1 scalar, 2 container), u32 start, u32 end, u32 escaped
 ;;   2048..67583   the container stack, a byte per depth (1 object, 2 array)
-;;   67584..       the record, with 16 bytes of slack after it (the scan compares words there, never accepts them)
+;;   67584..       the record (in a scanner's own memory), with 16 bytes of slack after it (the scan compares words
+;;                 there, never accepts them)
 (module
-  (memory (export "memory") 2)
+  (import "env" "memory" (memory 2))
   ;; Escapes met so far: a scan compares it before and after a string, so plain strings store nothing.
   (global $escapes (mut i32) (i32.const 0))
   ;; The routed key the last $key named at depth 1, else -1.

@@ -16,9 +16,29 @@ const SKIPPABLE = 0x184d2a50;
 const SLACK = 16;
 const PAGE = 65_536;
 
+/** A WebAssembly memory, as the parts of the runtime that share one see it. */
+export interface WasmMemory {
+  readonly buffer: ArrayBuffer;
+  grow(pages: number): number;
+}
+
 interface Lz4Exports {
-  readonly memory: { readonly buffer: ArrayBuffer; grow(pages: number): number };
+  readonly memory: WasmMemory;
   block(ip: number, end: number, op: number, limit: number, lowest: number): number;
+}
+
+/**
+ * Bytes at the start of a decoder's memory it never writes: the route scan's tables (route/scan-wasm.ts), which then
+ * reads the records where they were decoded rather than a copy of each (a Buffer#copy a record, about 0.1 µs).
+ */
+export const SHARED_HEAD = 2 * PAGE;
+
+/** The decoders' memories by their current buffer, so a view of one leads to the memory it lies in. */
+const memories = new WeakMap<ArrayBuffer, WasmMemory>();
+
+/** The decoder memory `buffer` is the current buffer of, if it is one. */
+export function decoderMemory(buffer: ArrayBufferLike): WasmMemory | undefined {
+  return memories.get(buffer as ArrayBuffer);
 }
 
 // The part of the WebAssembly global used here: TypeScript declares it only in its DOM libraries.
@@ -133,7 +153,9 @@ let compiled: object | undefined;
 
 function instantiate(): Lz4Exports {
   compiled ??= new WebAssembly.Module(Buffer.from(LZ4_MODULE, "base64"));
-  return new WebAssembly.Instance(compiled).exports as Lz4Exports;
+  const exports = new WebAssembly.Instance(compiled).exports as Lz4Exports;
+  memories.set(exports.memory.buffer, exports.memory);
+  return exports;
 }
 
 /**
@@ -150,9 +172,9 @@ export class Lz4Frames {
   #wasm: Lz4Exports;
   #memory: Uint8Array;
   /** Where the next output goes. */
-  #used = 0;
-  /** The room the run began with: a decode past it would need the memory grown, voiding views still read. */
-  #bound = 0;
+  #used = SHARED_HEAD;
+  /** Where the room the run began with ends: a decode past it would need the memory grown, voiding views still read. */
+  #bound = SHARED_HEAD;
 
   constructor() {
     this.#wasm = instantiate();
@@ -161,12 +183,16 @@ export class Lz4Frames {
 
   /** Starts a run of decodes that together take at most `bound` bytes (lz4Bound); voids every view handed out. */
   begin(bound: number): void {
-    this.#used = 0;
-    this.#bound = bound;
+    const end = SHARED_HEAD + bound;
+    this.#used = SHARED_HEAD;
+    this.#bound = end;
     // A memory never shrinks: one grown past KEEP_BYTES by a large run is dropped at the next run that fits in less.
-    if (this.#wasm.memory.buffer.byteLength > KEEP_BYTES && bound <= KEEP_BYTES) this.#wasm = instantiate();
+    if (this.#wasm.memory.buffer.byteLength > KEEP_BYTES && end <= KEEP_BYTES) this.#wasm = instantiate();
     const memory = this.#wasm.memory;
-    if (memory.buffer.byteLength < bound) memory.grow(Math.ceil((bound - memory.buffer.byteLength) / PAGE));
+    if (memory.buffer.byteLength < end) {
+      memory.grow(Math.ceil((end - memory.buffer.byteLength) / PAGE));
+      memories.set(memory.buffer, memory);
+    }
     this.#memory = new Uint8Array(memory.buffer);
   }
 
