@@ -5,6 +5,7 @@ import kafkajs, { type Producer, type SASLOptions } from "kafkajs";
 import type { ConnectionOptions } from "node:tls";
 import type { Logger } from "pino";
 import { ArchiverError, ConfigError } from "../errors.ts";
+import { quietIdleRequestQueues } from "../transport/kafkajs-queue.ts";
 
 const { Kafka, logLevel } = kafkajs;
 
@@ -46,6 +47,7 @@ export class KafkaDlq {
     this.topic = opts.topic;
     this.ceiling = Math.min(opts.messageMaxBytes, DLQ_CEILING_BYTES);
     this.#log = opts.log.child({ component: "dlq" });
+    quietIdleRequestQueues();
     this.#kafka = new Kafka({
       clientId: `${opts.clientId}-dlq`,
       brokers: [...opts.brokers],

@@ -8,6 +8,7 @@ import type { CommitOffset, PartitionRef } from "../delivery/tracker.ts";
 import { ArchiverError } from "../errors.ts";
 import type { TopicChange } from "./discovery.ts";
 import { registerKafkaCodecs } from "./kafka-codecs.ts";
+import { quietIdleRequestQueues } from "./kafkajs-queue.ts";
 import { TopicSubscription } from "./subscription.ts";
 import { groupByTopic, type KafkaTransportOptions, type Transport, type TransportSink } from "./types.ts";
 
@@ -38,6 +39,7 @@ export class KafkaTransport implements Transport {
   constructor(opts: KafkaTransportOptions) {
     this.#opts = opts;
     registerKafkaCodecs();
+    quietIdleRequestQueues();
     const log = opts.log.child({ component: "kafkajs" });
     this.#kafka = new Kafka({
       clientId: opts.clientId,
