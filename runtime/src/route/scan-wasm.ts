@@ -122,15 +122,15 @@ export class WasmScanner {
    */
   scan(buf: Uint8Array, start: number, end: number, maxDepth: number): number {
     const depth = Math.min(maxDepth, 0x7fffffff);
+    const length = end - start;
     const at = buf.byteOffset + start;
-    const shared = this.#inPlace(buf.buffer, at, at + end - start + SLACK);
+    const shared = this.#inPlace(buf.buffer, at, at + length + SLACK);
     if (shared !== undefined) {
       this.#last = shared;
       this.#base = at;
-      return shared.exports.scan(at, at + end - start, depth);
+      return shared.exports.scan(at, at + length, depth);
     }
     const own = this.#own;
-    const length = end - start;
     if (RECORDS_AT + length + SLACK > own.bytes.length) {
       own.memory.grow(Math.ceil((RECORDS_AT + length + SLACK - own.bytes.length) / PAGE));
       own.views();

@@ -153,9 +153,7 @@ let compiled: object | undefined;
 
 function instantiate(): Lz4Exports {
   compiled ??= new WebAssembly.Module(Buffer.from(LZ4_MODULE, "base64"));
-  const exports = new WebAssembly.Instance(compiled).exports as Lz4Exports;
-  memories.set(exports.memory.buffer, exports.memory);
-  return exports;
+  return new WebAssembly.Instance(compiled).exports as Lz4Exports;
 }
 
 /**
@@ -189,10 +187,9 @@ export class Lz4Frames {
     // A memory never shrinks: one grown past KEEP_BYTES by a large run is dropped at the next run that fits in less.
     if (this.#wasm.memory.buffer.byteLength > KEEP_BYTES && end <= KEEP_BYTES) this.#wasm = instantiate();
     const memory = this.#wasm.memory;
-    if (memory.buffer.byteLength < end) {
-      memory.grow(Math.ceil((end - memory.buffer.byteLength) / PAGE));
-      memories.set(memory.buffer, memory);
-    }
+    if (memory.buffer.byteLength < end) memory.grow(Math.ceil((end - memory.buffer.byteLength) / PAGE));
+    // Here, as the only views handed out are of a run's buffer.
+    memories.set(memory.buffer, memory);
     this.#memory = new Uint8Array(memory.buffer);
   }
 
