@@ -6,12 +6,17 @@
 import { writeSync } from "node:fs";
 import { parentPort } from "node:worker_threads";
 import zlib from "node:zlib";
-import { compressFrameSync, decompressFrameSync } from "lz4-napi";
-import { Compressor, Decompressor } from "snappy";
+import type * as Lz4 from "lz4-napi";
+import type * as Snappy from "snappy";
 import { ArchiverError } from "../errors.ts";
+import { lazyNative } from "../native.ts";
 import { routeBlock } from "../route/block.ts";
 import { CODEC_NAMES } from "./index.ts";
 import { alignOutput, JOB_FIELDS, LANE_OPS, type LaneBatch, type LaneFailure, type LaneReply } from "./lanes.ts";
+
+// Loaded by the first job of their codec (see native.ts): a lane writing zstd never needs them.
+const lz4Native = lazyNative<typeof Lz4>("lz4-napi");
+const snappyNative = lazyNative<typeof Snappy>("snappy");
 
 const port = parentPort;
 if (port === null) throw new Error("lane-jobs.ts runs only in a worker thread of the codec lanes");
@@ -150,10 +155,10 @@ async function compress(codec: number, input: Buffer, out: Output): Promise<numb
     case "gzip":
       return out.push(zlib.gzipSync(input, { level }));
     case "lz4":
-      return out.push(compressFrameSync(input, LZ4_FRAME));
+      return out.push(lz4Native().compressFrameSync(input, LZ4_FRAME));
     case "snappy":
       if (input.length === 0) return out.push(SNAPPY_EMPTY);
-      return snappy(new Compressor(), input, out);
+      return snappy(new (snappyNative().Compressor)(), input, out);
     default:
       throw new Error(`unknown codec id ${codec}`);
   }
@@ -166,15 +171,15 @@ async function decompress(codec: number, input: Buffer, out: Output): Promise<nu
     case "gzip":
       return out.push(zlib.gunzipSync(input));
     case "lz4":
-      return out.push(decompressFrameSync(input));
+      return out.push(lz4Native().decompressFrameSync(input));
     case "snappy":
-      return snappy(new Decompressor(), input, out);
+      return snappy(new (snappyNative().Decompressor)(), input, out);
     default:
       throw new Error(`unknown codec id ${codec}`);
   }
 }
 
-async function snappy(stream: Compressor | Decompressor, input: Buffer, out: Output): Promise<number> {
+async function snappy(stream: Snappy.Compressor | Snappy.Decompressor, input: Buffer, out: Output): Promise<number> {
   return out.push(stream.update(input)) + out.push(await stream.finish());
 }
 

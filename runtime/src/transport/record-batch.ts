@@ -6,12 +6,18 @@
 // varint key length and key, varint value length (-1: null) and value, varint header count and headers.
 
 import zlib from "node:zlib";
-// Hardware CRC-32C (SSE 4.2, ARMv8 CRC): 15 GB/s here, where @platformatic/wasm-utils' table-driven WebAssembly ran
-// at 1.8 GB/s, 0.14 s of the lanes on the 2M-record bench.
-import { crc32c } from "@node-rs/crc32";
-import { uncompressSync } from "snappy";
+import type * as Crc32 from "@node-rs/crc32";
+import type * as Snappy from "snappy";
 import { ArchiverError } from "../errors.ts";
+import { lazyNative } from "../native.ts";
 import { lz4Bound, Lz4Frames } from "./lz4-frame.ts";
+
+// Hardware CRC-32C (SSE 4.2, ARMv8 CRC): 15 GB/s here, where @platformatic/wasm-utils' table-driven WebAssembly ran
+// at 1.8 GB/s, 0.14 s of the lanes on the 2M-record bench. Loaded on a batch's first read (lazyNative), as is snappy:
+// the event loop imports this module for splitBatches alone.
+const crc32 = lazyNative<typeof Crc32>("@node-rs/crc32");
+const snappyNative = lazyNative<typeof Snappy>("snappy");
+const uncompressSync = (block: Buffer): Buffer => snappyNative().uncompressSync(block) as Buffer;
 
 // snappy-java (the Java producer) frames its output: a magic header, then [u32 big-endian length][raw block]...
 const XERIAL_MAGIC = Buffer.from([0x82, 0x53, 0x4e, 0x41, 0x50, 0x50, 0x59, 0x00]);
@@ -107,8 +113,8 @@ function inflate(codec: number, data: Buffer, lz4: Lz4Frames): Buffer {
       return zlib.gunzipSync(data);
     case 2: {
       const blocks = xerialBlocks(data);
-      if (blocks === undefined) return uncompressSync(data) as Buffer;
-      return Buffer.concat(blocks.map((b) => uncompressSync(b) as Buffer));
+      if (blocks === undefined) return uncompressSync(data);
+      return Buffer.concat(blocks.map((b) => uncompressSync(b)));
     }
     case LZ4:
       return lz4.decode(data);
@@ -204,7 +210,7 @@ export function forEachRecord(
     if (magic !== 2) throw malformed(`magic ${magic} (only the v2 format, Kafka 0.11 and later, is read)`);
     const base = Number(view.getBigInt64(p));
     const crc = view.getUint32(p + CRC_AT);
-    const actual = crc32c(bytes.subarray(p + ATTRIBUTES_AT, p + size));
+    const actual = crc32().crc32c(bytes.subarray(p + ATTRIBUTES_AT, p + size));
     if (crc !== actual) throw malformed(`CRC-32C mismatch in the batch at offset ${base}`);
     const attributes = view.getInt16(p + ATTRIBUTES_AT);
     const last = base + view.getInt32(p + LAST_DELTA_AT);

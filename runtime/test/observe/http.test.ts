@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { connect } from "node:net";
 import { test } from "node:test";
 import { Counter, Gauge, Registry } from "prom-client";
@@ -72,4 +73,15 @@ test("a request target that is no URL is a 400, and the server serves on", async
   for await (const chunk of socket) reply += String(chunk);
   assert.match(reply, /^HTTP\/1\.1 400 /);
   assert.equal((await get("/livez")).status, 200);
+});
+
+test("serving loads node:http alone, not the undici behind its lazy exports (fetch, WebSocket)", () => {
+  const child = `
+    const { startObserveServer } = await import(${JSON.stringify(new URL("../../src/observe/http.ts", import.meta.url).href)});
+    const server = await startObserveServer("127.0.0.1:0", { metrics: async () => "" }, { health: () => ({}), pressure: () => 0 });
+    await server.close();
+    console.log(process.moduleLoadList.filter((m) => m.includes("undici")).length);`;
+  const r = spawnSync(process.execPath, ["--input-type=module", "-e", child], { encoding: "utf8" });
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stdout.trim(), "0");
 });
