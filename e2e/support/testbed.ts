@@ -21,6 +21,7 @@ import {
 import { Storage } from "@google-cloud/storage";
 import { BlobServiceClient, StorageSharedKeyCredential } from "@azure/storage-blob";
 import { KubeConfig, CoreV1Api } from "@kubernetes/client-node";
+import { quietIdleRequestQueues } from "../../runtime/src/transport/kafkajs-queue.ts";
 
 export const testbedEnvFile = join(dirname(fileURLToPath(import.meta.url)), "..", "testbed", "testbed.env");
 
@@ -60,6 +61,9 @@ export function uniqueName(prefix: string): string {
 // ---- Kafka ----
 
 export function kafka(clientId = "dfe-archiver-test"): Kafka {
+  // Idle kafkajs connections otherwise wake the process every millisecond, and Node prints a TimeoutNegativeWarning
+  // into the tests' and the benches' output (see runtime/src/transport/kafkajs-queue.ts).
+  quietIdleRequestQueues();
   return new Kafka({ clientId, brokers: need("TESTBED_KAFKA_BROKERS").split(","), logLevel: logLevel.NOTHING });
 }
 

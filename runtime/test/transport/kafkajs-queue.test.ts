@@ -10,9 +10,11 @@ import { quietIdleRequestQueues } from "../../src/transport/kafkajs-queue.ts";
 
 const queue = (
   createRequire(import.meta.url)("kafkajs/src/network/requestQueue/index.js") as {
-    prototype: { checkPendingRequests(): void };
+    prototype: { checkPendingRequests(): void; scheduleCheckPendingRequests(): void };
   }
 ).prototype;
+// As kafkajs ships it, read before any client is made: the testbed's clients are quieted (e2e/support/testbed.ts).
+const shipped = queue.scheduleCheckPendingRequests;
 
 test("an idle kafkajs connection arms no check once quieted; requests queued behind in-flight ones still go out", async (t) => {
   const topic = await kafkaTopic(t, { prefix: "kjsq" });
@@ -23,6 +25,12 @@ test("an idle kafkajs connection arms no check once quieted; requests queued beh
     check.call(this);
   };
   t.after(() => (queue.checkPendingRequests = check));
+
+  quietIdleRequestQueues();
+  const quiet = queue.scheduleCheckPendingRequests;
+  assert.notEqual(quiet, shipped, "kafkajs's queue was left as it is: its code is not the one the patch knows");
+  queue.scheduleCheckPendingRequests = shipped;
+  t.after(() => (queue.scheduleCheckPendingRequests = quiet));
 
   // One request in flight at a time, so the sends below queue as pending behind it.
   const producer = kafka("kafkajs-queue-test").producer({ maxInFlightRequests: 1 });
@@ -37,7 +45,7 @@ test("an idle kafkajs connection arms no check once quieted; requests queued beh
   const idleChecks = checks;
   assert.ok(idleChecks > 50, `kafkajs checked its idle queue ${idleChecks} times in 0.3 s`);
 
-  quietIdleRequestQueues();
+  queue.scheduleCheckPendingRequests = quiet;
   await sleep(20);
   checks = 0;
   await sleep(300);
