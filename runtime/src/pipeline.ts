@@ -5,9 +5,9 @@ import type { Logger } from "pino";
 import type { ResolvedConfig } from "./config/resolve.ts";
 import { createRouter, TOO_DEEP } from "./route/router.ts";
 import { routeBatch, type RouteSpec, type Routed, type RoutedChunk, type RoutedGroup } from "./route/block.ts";
-import { HotBufferPool, viewsOf, type FlushBatch } from "./buffer/hot.ts";
+import { HotBufferPool, joined, releaseFlush, viewsOf, type FlushBatch } from "./buffer/hot.ts";
 import { createCodec, readBlocks, type Codec } from "./codec/index.ts";
-import { codecLanes, releaseShared } from "./codec/lanes.ts";
+import { codecLanes } from "./codec/lanes.ts";
 import type { DeadLetter, KafkaDlq } from "./dlq/kafka.ts";
 import { createWriterPool, type CompletedFile, type WriterPool } from "./archive/writers.ts";
 import { parsePathTemplate } from "./archive/path.ts";
@@ -435,6 +435,8 @@ export class Pipeline implements TransportSink {
         return;
       }
       this.#buffering = false;
+      // The turn's replies go back to the lanes once its batches are done: what waits in a buffer is copied first.
+      this.#buffers.settle();
       for (const p of live) p.done(this.#tracker.assignment(p.slot) === p.assignment);
       this.#endTurnSoon();
     };
@@ -555,7 +557,7 @@ export class Pipeline implements TransportSink {
 
   #flush(b: FlushBatch): void {
     const started = performance.now();
-    const bytes = b.data.length;
+    const bytes = b.bytes;
     this.#inflightBytes += bytes;
     this.#m.flushOperations.inc();
     if (b.trigger === "evict") this.#m.hotBufferEvictions.inc();
@@ -565,8 +567,6 @@ export class Pipeline implements TransportSink {
     const next = (prev ?? Promise.resolve())
       .then(() =>
         this.#appendHeld(b, bytes).then(() => {
-          // The frame is on file and its lane has answered: nothing reads the flushed records again.
-          releaseShared(b.data);
           this.#m.messagesWritten.inc(b.records);
           this.#m.bytesWritten.inc(bytes);
           this.#m.flushDuration.observe((performance.now() - started) / 1000);
@@ -574,6 +574,8 @@ export class Pipeline implements TransportSink {
       )
       .catch((err: unknown) => (isRetryable(err) ? this.#writeFailed(b, err) : this.#refused(b, err)))
       .finally(() => {
+        // The frame is on file (or its records dead-lettered from a copy, or Errored): nothing reads the pieces again.
+        releaseFlush(b);
         this.#inflightBytes -= bytes;
         this.#inflight.delete(next);
         if (this.#chains.get(b.destination) === next) this.#chains.delete(b.destination);
@@ -598,6 +600,7 @@ export class Pipeline implements TransportSink {
     this.#log.warn({ err, destination: b.destination, records: b.records }, "batch refused for good: dead-lettering");
     const reason = err instanceof Error ? err.message : String(err);
     const letters: DeadLetter[] = [];
+    const data = joined(b);
     let i = 0;
     let start = 0;
     for (let r = 0; r < b.runs.length; r += 3) {
@@ -605,7 +608,7 @@ export class Pipeline implements TransportSink {
       for (let k = 0; k < (b.runs[r + 1] ?? 0); k++, i++) {
         const end = b.ends[i] ?? start;
         letters.push({
-          payload: b.data.subarray(start, end - 1),
+          payload: data.subarray(start, end - 1),
           reason,
           destination: b.destination,
           topic: ref.topic,
@@ -625,7 +628,7 @@ export class Pipeline implements TransportSink {
    * begins it gets WRITE_RETRY_AFTER_DRAIN_MS more, then its batch is Errored (the restart reads it again).
    */
   async #appendHeld(b: FlushBatch, bytes: number): Promise<void> {
-    const block = { raw: b.data, codec: this.#codec };
+    const block = { raw: b.pieces, codec: this.#codec };
     for (let failures = 0; ;) {
       try {
         await this.#writers.append(b.destination, block, b.records, bytes, b.hold);

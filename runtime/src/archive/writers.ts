@@ -64,7 +64,7 @@ export interface WriterPoolOptions<T> {
 }
 
 /** A flush to append: a compressed frame, or the raw batch and the codec that frames it where it is written. */
-export type Block = Buffer | { readonly raw: Buffer; readonly codec: Codec };
+export type Block = Buffer | { readonly raw: readonly Buffer[]; readonly codec: Codec };
 
 export interface WriterPool<T> {
   /**

@@ -1,11 +1,16 @@
 // Hot buffers: at most 64 destinations buffer at once; a record for another flushes the least recently used first.
 // A buffer flushes at flush_bytes plus one record, flush_records, or flush_age_secs; all of them together stay under
 // a shared cap (a quarter of the memory limit), past which the largest flush first. A buffer allocates nothing until
-// a record arrives. A full buffer hands its memory to the batch when it flushes; any other hands over an exact copy
-// and keeps its block for the next destination, since destinations churning through 64 buffers would otherwise
-// allocate (and fault in) a fresh block at every eviction.
+// a record arrives.
+// Records are not copied where they are buffered: a buffer holds views of the route replies they arrived in (pieces),
+// and a flush hands those to its lane, which reads them where they lie. The event loop's two copies of every record
+// (into a buffer, then into shared memory for the lane) were a third of its time on the bench. What is still
+// buffered when a turn ends is copied into the buffer's own block (settle), so no reply stays pinned by a buffer that
+// flushes only at its age. A flush hands its block's part over as an exact copy in shared memory and keeps the block
+// for the next destination (destinations churning through 64 buffers would otherwise allocate and fault in a fresh
+// block at every eviction); a full buffer hands the block itself over.
 import type { Hold } from "../delivery/hold.ts";
-import { copyInto, sharedCopy } from "../codec/lanes.ts";
+import { codecLanes, copyInto, releaseShared, sharedCopy } from "../codec/lanes.ts";
 
 export const HOT_BUFFER_COUNT = 64;
 const FIRST_ALLOC = 16 * 1024;
@@ -15,7 +20,13 @@ export type FlushTrigger = "bytes" | "records" | "age" | "evict" | "cap" | "drai
 /** What a buffer hands over when it flushes: payloads, each followed by a newline, and the hold of their offsets. */
 export interface FlushBatch {
   readonly destination: string;
-  readonly data: Buffer;
+  /**
+   * The payloads, in pieces read as their concatenation: views of route replies, and a copy of what the buffer held
+   * in its block. Each is read until releaseFlush.
+   */
+  readonly pieces: readonly Buffer[];
+  /** The pieces' length together. */
+  readonly bytes: number;
   readonly records: number;
   readonly hold: Hold;
   readonly trigger: FlushTrigger;
@@ -45,6 +56,19 @@ export interface BufferedRecords {
   readonly offsetsAt: number;
 }
 
+/** A flush's payloads in one buffer of their own (a copy), for what reads them past releaseFlush (dead letters). */
+export function joined(b: FlushBatch): Buffer {
+  return Buffer.concat(b.pieces, b.bytes);
+}
+
+/** A flush's pieces are read no more: their shared copies and route replies go back for reuse. Call once. */
+export function releaseFlush(b: FlushBatch): void {
+  for (const piece of b.pieces) {
+    releaseShared(piece);
+    if (piece.buffer instanceof SharedArrayBuffer) codecLanes().releaseReply(piece.buffer);
+  }
+}
+
 /** The records' own views: their bytes, ends and offsets alone. */
 export function viewsOf(r: BufferedRecords): { data: Buffer; ends: Uint32Array; offsets: Float64Array } {
   const ends = r.ends.subarray(r.endsAt, r.endsAt + r.count);
@@ -71,14 +95,19 @@ export interface HotBufferOptions {
 
 /** The memory of one buffer, reused across destinations. */
 interface Block {
-  data: Buffer;
+  /** None while the buffers' records all went out as pieces. */
+  data: Buffer | undefined;
   ends: Uint32Array;
   offsets: Float64Array;
 }
 
 class HotBuffer {
   readonly destination: string;
+  /** The block: the first blockLength bytes of what the buffer holds. */
   data: Buffer | undefined;
+  blockLength = 0;
+  /** The rest, in order: views of route replies, each leased (Lanes.leaseReply) until copied or flushed. */
+  pieces: Buffer[] = [];
   length = 0;
   records = 0;
   ends: Uint32Array | undefined;
@@ -163,13 +192,29 @@ export class HotBufferPool {
     const count = to - from;
     const start = b.length;
     const need = start + bytes;
-    if (b.data === undefined || need > b.data.length) b.data = grow(b.data, start, need, this.#opts.flushBytes);
     if (b.hold === undefined) {
       b.hold = this.#opts.openHold();
       b.openedAt = this.#now();
     }
-    // A route reply is shared memory, which only copyInto copies as a memcpy whatever the part.
-    copyInto(b.data, start, records.data, records.dataAt + base, records.dataAt + base + bytes);
+    const dataAt = records.dataAt + base;
+    const memory = records.data.buffer;
+    if (memory instanceof SharedArrayBuffer) {
+      // A route reply: held as a view. A run continuing the last piece in its reply extends it.
+      const last = b.pieces[b.pieces.length - 1];
+      const end = last === undefined ? -1 : last.byteOffset + last.length;
+      if (last !== undefined && last.buffer === memory && end === records.data.byteOffset + dataAt) {
+        b.pieces[b.pieces.length - 1] = Buffer.from(memory, last.byteOffset, last.length + bytes);
+      } else {
+        b.pieces.push(records.data.subarray(dataAt, dataAt + bytes));
+        codecLanes().leaseReply(memory);
+      }
+    } else {
+      // Memory the caller may reuse: copied now, behind whatever the buffer already holds.
+      this.#settleOne(b);
+      if (b.data === undefined || need > b.data.length) b.data = grow(b.data, start, need, this.#opts.flushBytes);
+      copyInto(b.data, start, records.data, dataAt, dataAt + bytes);
+      b.blockLength = need;
+    }
     b.length = need;
     if (b.ends === undefined || b.offsets === undefined || b.records + count > b.ends.length) {
       b.ends = grown(Uint32Array, b.ends, b.records, b.records + count);
@@ -193,16 +238,42 @@ export class HotBufferPool {
     b.hold.addRun(slot, min, count);
   }
 
+  /** Copies what `b` holds as pieces into its block, behind what the block holds, and releases the pieces. */
+  #settleOne(b: HotBuffer): void {
+    if (b.pieces.length === 0) return;
+    if (b.data === undefined || b.length > b.data.length) {
+      b.data = grow(b.data, b.blockLength, b.length, this.#opts.flushBytes);
+    }
+    let at = b.blockLength;
+    for (const piece of b.pieces) {
+      copyInto(b.data, at, piece);
+      at += piece.length;
+      codecLanes().releaseReply(piece.buffer as SharedArrayBuffer);
+    }
+    b.pieces = [];
+    b.blockLength = b.length;
+  }
+
+  /**
+   * Copies into their blocks what buffers still hold as pieces (call as a turn ends): a buffer that waits for more
+   * records, or for its age, then pins no route reply.
+   */
+  settle(): void {
+    for (const b of this.#buffers.values()) this.#settleOne(b);
+  }
+
   #flush(b: HotBuffer, trigger: FlushTrigger): void {
     this.#buffers.delete(b.destination);
-    if (b.records === 0 || b.data === undefined || b.hold === undefined || b.ends === undefined) return;
-    if (b.offsets === undefined) return;
+    if (b.records === 0 || b.hold === undefined || b.ends === undefined || b.offsets === undefined) return;
     this.#bytes -= b.length;
     // A buffer that reached flush_bytes hands over its block; any other hands over a copy and keeps the block.
     const full = b.length >= this.#opts.flushBytes;
+    const block = b.data?.subarray(0, b.blockLength);
+    const head = block === undefined || block.length === 0 ? [] : [full ? block : sharedCopy(block)];
     const batch: FlushBatch = {
       destination: b.destination,
-      data: full ? b.data.subarray(0, b.length) : sharedCopy(b.data.subarray(0, b.length)),
+      pieces: head.length === 0 ? b.pieces : [...head, ...b.pieces],
+      bytes: b.length,
       records: b.records,
       hold: b.hold,
       trigger,
@@ -240,6 +311,7 @@ export class HotBufferPool {
     let discarded = 0;
     for (const b of [...this.#buffers.values()]) {
       if (!b.runs.some((_, i) => i % 3 === 0 && slots.has(b.runs[i] ?? -1))) continue;
+      this.#settleOne(b);
       discarded += this.#discard(b, slots);
       if (b.records === 0) {
         this.#buffers.delete(b.destination);
@@ -281,6 +353,7 @@ export class HotBufferPool {
     for (const s of slots) dropped += hold.dropSlot(s);
     this.#bytes -= b.length - write;
     b.length = write;
+    b.blockLength = write;
     b.records = kept;
     b.runs = runs;
     return dropped;

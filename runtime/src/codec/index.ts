@@ -23,11 +23,11 @@ export interface Codec {
    */
   compress(input: Buffer): Promise<Buffer>;
   /**
-   * compress(), with the frame appended at the end of `fd` (opened for append) where it is made; resolves to the
-   * frame's length. A refusal rejects as compress() does; a failed write rejects with the lane's `fs` failure,
-   * which says how much of the frame reached the file.
+   * compress() of the concatenation of `input`'s pieces, with the frame appended at the end of `fd` (opened for
+   * append) where it is made; resolves to the frame's length. A refusal rejects as compress() does; a failed write
+   * rejects with the lane's `fs` failure, which says how much of the frame reached the file.
    */
-  compressAppend(fd: number, input: Buffer): Promise<number>;
+  compressAppend(fd: number, input: readonly Buffer[]): Promise<number>;
   /**
    * One block (one compress() output, as a manifest's block length delimits it) back to the batch. Rejects with
    * ArchiverError `codec_corrupt` (permanent) when the block does not decode or fails its checksum.
@@ -81,7 +81,7 @@ class LaneCodec implements Codec {
       });
   }
 
-  compressAppend(fd: number, input: Buffer): Promise<number> {
+  compressAppend(fd: number, input: readonly Buffer[]): Promise<number> {
     return codecLanes()
       .compressAppend(fd, this.#id, input)
       .catch((err: unknown) => {

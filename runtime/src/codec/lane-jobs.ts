@@ -12,7 +12,17 @@ import { ArchiverError } from "../errors.ts";
 import { lazyNative } from "../native.ts";
 import { routeBlock } from "../route/block.ts";
 import { CODEC_NAMES } from "./index.ts";
-import { alignOutput, JOB_FIELDS, LANE_OPS, type LaneBatch, type LaneFailure, type LaneReply } from "./lanes.ts";
+import {
+  alignOutput,
+  copyInto,
+  IN_PIECES,
+  JOB_FIELDS,
+  LANE_OPS,
+  PIECE_FIELDS,
+  type LaneBatch,
+  type LaneFailure,
+  type LaneReply,
+} from "./lanes.ts";
 
 // Loaded by the first job of their codec (see native.ts): a lane writing zstd never needs them.
 const lz4Native = lazyNative<typeof Lz4>("lz4-napi");
@@ -225,6 +235,8 @@ const out = new Output();
 
 async function run(batch: LaneBatch): Promise<LaneReply> {
   const data = Buffer.from(batch.data);
+  /** Views of the batch's in-place memory, for inputs in pieces. */
+  let sources: Buffer[] | undefined;
   const jobs = batch.jobs;
   const count = jobs.length / JOB_FIELDS;
   const lengths = new Int32Array(count);
@@ -239,7 +251,12 @@ async function run(batch: LaneBatch): Promise<LaneReply> {
     const offset = jobs[at + 4] ?? 0;
     const length = jobs[at + 5] ?? 0;
     const memory = batch.inPlace[source];
-    const input = memory === undefined ? data.subarray(offset, offset + length) : Buffer.from(memory, offset, length);
+    const input =
+      source === IN_PIECES
+        ? gather(batch, data, (sources ??= batch.inPlace.map((m) => Buffer.from(m))), offset, length)
+        : memory === undefined
+          ? data.subarray(offset, offset + length)
+          : Buffer.from(memory, offset, length);
     // Each output starts 8-aligned, so a route reply's arrays read as typed views (see lanes.ts #settle).
     out.end = alignOutput(out.end);
     const start = out.end;
@@ -266,6 +283,26 @@ async function run(batch: LaneBatch): Promise<LaneReply> {
   }
   // A buffer of just the outputs, so what the caller keeps of it holds no slack.
   return { id: batch.id, lengths, data: out.bytes.slice(0, out.end).buffer, owned, failures };
+}
+
+/** Where an input in pieces is gathered; kept across jobs, each of which is done with it before the next starts. */
+let gathered = Buffer.alloc(0);
+
+/** The concatenation of the `count` pieces of the table at `at` in `data` (see LaneBatch.jobs), in `gathered`. */
+function gather(batch: LaneBatch, data: Buffer, sources: readonly Buffer[], at: number, count: number): Buffer {
+  const rows = new Int32Array(batch.data, at, count * PIECE_FIELDS);
+  let total = 0;
+  for (let i = 2; i < rows.length; i += PIECE_FIELDS) total += rows[i] ?? 0;
+  if (gathered.length < total) gathered = Buffer.allocUnsafeSlow(Math.max(total, gathered.length * 2));
+  let end = 0;
+  for (let i = 0; i < rows.length; i += PIECE_FIELDS) {
+    const from = sources[rows[i] ?? -1] ?? data;
+    const start = rows[i + 1] ?? 0;
+    const length = rows[i + 2] ?? 0;
+    copyInto(gathered, end, from, start, start + length);
+    end += length;
+  }
+  return gathered.subarray(0, end);
 }
 
 /**

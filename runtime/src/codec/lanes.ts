@@ -24,7 +24,8 @@ export interface LaneBatch {
   readonly id: number;
   /**
    * Per job: op index, codec id (0 for an append or a route), descriptor (appends; else -1), its input's source (-1
-   * for `data`, else an index in `inPlace`), offset there, length.
+   * for `data`, else an index in `inPlace`), offset there, length. An input in pieces (source -2) is gathered from
+   * the table at `offset` in `data`: `length` rows of i32 source, offset and length, each piece's source as above.
    */
   readonly jobs: Int32Array<ArrayBuffer>;
   readonly data: ArrayBuffer;
@@ -35,10 +36,55 @@ export interface LaneBatch {
 export const JOB_FIELDS = 6;
 const ROUTE = LANE_OPS.indexOf("route");
 const IN_DATA = -1;
+/** The source of an input in pieces (see LaneBatch.jobs). */
+export const IN_PIECES = -2;
+/** The i32 fields of a piece's row in the table of an input in pieces. */
+export const PIECE_FIELDS = 3;
 /** Route replies' memory waiting to go back to the lane that wrote it, at most this many a lane. */
 const SPARES_HELD = 8;
 /** The lane each route reply's memory came from, so it goes back there: a lane reuses what its own replies used. */
 const replyLane = new WeakMap<SharedArrayBuffer, Lane>();
+
+/**
+ * Route replies' memory read past its batch (a hot buffer's pieces, a flush's), by how many readers: memory recycled
+ * while read goes back for reuse only when its last reader lets go, since the lane that wrote it writes its next
+ * replies there.
+ */
+export class ReplyLeases {
+  readonly #readers = new Map<SharedArrayBuffer, number>();
+  /** Recycled while read: given back at the last release. */
+  readonly #recycled = new WeakSet<SharedArrayBuffer>();
+  readonly #giveBack: (memory: SharedArrayBuffer) => void;
+
+  constructor(giveBack: (memory: SharedArrayBuffer) => void) {
+    this.#giveBack = giveBack;
+  }
+
+  lease(memory: SharedArrayBuffer): void {
+    this.#readers.set(memory, (this.#readers.get(memory) ?? 0) + 1);
+  }
+
+  /** One reader of `memory` lets go; one that never leased it is ignored. */
+  release(memory: SharedArrayBuffer): void {
+    const readers = this.#readers.get(memory);
+    if (readers === undefined) return;
+    if (readers > 1) {
+      this.#readers.set(memory, readers - 1);
+      return;
+    }
+    this.#readers.delete(memory);
+    if (this.#recycled.has(memory)) {
+      this.#recycled.delete(memory);
+      this.#giveBack(memory);
+    }
+  }
+
+  /** The batch is done with `memory`: given back now, or at its last reader's release. */
+  recycle(memory: SharedArrayBuffer): void {
+    if (this.#readers.has(memory)) this.#recycled.add(memory);
+    else this.#giveBack(memory);
+  }
+}
 
 const SHARED_CHUNK = 4 << 20;
 /** Chunks kept for reuse once every copy in them is released (128 MiB at most); never more than were in use at once. */
@@ -154,7 +200,7 @@ class Lane {
     op: number;
     arg: number;
     fd: number;
-    input: Uint8Array;
+    input: Uint8Array | readonly Uint8Array[];
     inPlace: boolean;
     moved: boolean;
     job: LaneJob;
@@ -181,14 +227,29 @@ class Lane {
     this.worker.on("exit", (code) => onGone(this, `${why} (exit code ${code})`));
   }
 
-  add(op: number, arg: number, fd: number, input: Uint8Array, moved: boolean, job: LaneJob): void {
+  /** A job; an input in pieces is read as their concatenation, each piece in shared memory where it lies. */
+  add(
+    op: number,
+    arg: number,
+    fd: number,
+    input: Uint8Array | readonly Uint8Array[],
+    moved: boolean,
+    job: LaneJob,
+  ): void {
     // A pending job keeps the process alive; an idle lane must not.
     if (this.load++ === 0) this.worker.ref();
     if (this.#queued.length === 0) setImmediate(() => this.#post());
+    if (op === ROUTE) this.routes++;
+    if (!(input instanceof Uint8Array)) {
+      this.#queued.push({ op, arg, fd, input, inPlace: false, moved: false, job });
+      // The table, 4-aligned, and the pieces not in shared memory, which travel in the message.
+      this.#queuedBytes += 3 + input.length * PIECE_FIELDS * 4;
+      for (const piece of input) if (!(piece.buffer instanceof SharedArrayBuffer)) this.#queuedBytes += piece.length;
+      return;
+    }
     const shared = input.buffer instanceof SharedArrayBuffer;
     const inPlace = moved || shared;
     this.#queued.push({ op, arg, fd, input, inPlace, moved: moved && !shared, job });
-    if (op === ROUTE) this.routes++;
     if (!inPlace) this.#queuedBytes += input.length;
   }
 
@@ -205,18 +266,41 @@ class Lane {
     const transfer: ArrayBuffer[] = [data.buffer, jobs.buffer];
     let offset = 0;
     let at = 0;
+    /** Where `memory` is in inPlace, added if it is not yet. */
+    const sourceOf = (memory: ArrayBufferLike, moved: boolean): number => {
+      let source = inPlace.lastIndexOf(memory as SharedArrayBuffer | ArrayBuffer);
+      if (source < 0) {
+        source = inPlace.push(memory as SharedArrayBuffer | ArrayBuffer) - 1;
+        if (moved) transfer.push(memory as ArrayBuffer);
+      }
+      return source;
+    };
     for (const q of queued) {
       const input = q.input;
       jobs[at++] = q.op;
       jobs[at++] = q.arg;
       jobs[at++] = q.fd;
-      if (q.inPlace) {
-        let source = inPlace.lastIndexOf(input.buffer);
-        if (source < 0) {
-          source = inPlace.push(input.buffer) - 1;
-          if (q.moved) transfer.push(input.buffer as ArrayBuffer);
+      if (!(input instanceof Uint8Array)) {
+        const rows: number[] = [];
+        for (const piece of input) {
+          if (piece.buffer instanceof SharedArrayBuffer) rows.push(sourceOf(piece.buffer, false), piece.byteOffset);
+          else {
+            data.set(piece, offset);
+            rows.push(IN_DATA, offset);
+            offset += piece.length;
+          }
+          rows.push(piece.length);
         }
-        jobs[at++] = source;
+        offset = (offset + 3) & ~3;
+        new Int32Array(data.buffer, offset, rows.length).set(rows);
+        jobs[at++] = IN_PIECES;
+        jobs[at++] = offset;
+        jobs[at++] = input.length;
+        offset += rows.length * 4;
+        continue;
+      }
+      if (q.inPlace) {
+        jobs[at++] = sourceOf(input.buffer, q.moved);
         jobs[at++] = input.byteOffset;
       } else {
         data.set(input, offset);
@@ -275,6 +359,10 @@ class Lanes {
   // frame): one lane fewer than the cores left a core idle, and on two cores ran 20% slower.
   readonly #size = Math.max(1, Math.min(4, availableParallelism()));
   readonly #lanes: (Lane | undefined)[] = [];
+  readonly #leases = new ReplyLeases((m) => {
+    const lane = replyLane.get(m);
+    if (lane !== undefined && lane.spares.length < SPARES_HELD) lane.spares.push(m);
+  });
 
   /** How many lanes there are (started or not). */
   get size(): number {
@@ -307,18 +395,28 @@ class Lanes {
   }
 
   /**
-   * Takes back route replies' memory (Routed.memory) once nothing reads it again: it goes to a lane with its next
-   * message, and that lane writes later replies into it, so the caller must hold no view of it. Route replies are
+   * Takes back route replies' memory (Routed.memory) once the batch reads it no more: it goes to a lane with its next
+   * message, once its leases are released too (leaseReply), and that lane writes later replies into it, so the caller
+   * must hold no view of it past that but through a lease. Route replies are
    * shared memory because V8 counts shared memory towards no collection: a reply moved here as an ArrayBuffer, 8.7
    * MB on the bench's fetches, counted towards the event loop's, and V8 starts a full collection once counted memory
    * rises 64 MB above its lowest since the last: replies arriving and leaving started one every 0.3 s (20 a run).
    * Since nothing collects shared memory on its account, it is recycled here rather than left to the collector.
    */
   recycle(memory: readonly SharedArrayBuffer[]): void {
-    for (const m of memory) {
-      const lane = replyLane.get(m);
-      if (lane !== undefined && lane.spares.length < SPARES_HELD) lane.spares.push(m);
-    }
+    for (const m of memory) this.#leases.recycle(m);
+  }
+
+  /**
+   * A hot buffer or a flush reads route reply memory `m` until its releaseReply, and recycle holds it back until the
+   * last. Memory no lane wrote (a batch routed on the event loop) is never recycled, and its leases are not kept.
+   */
+  leaseReply(m: SharedArrayBuffer): void {
+    if (replyLane.has(m)) this.#leases.lease(m);
+  }
+
+  releaseReply(m: SharedArrayBuffer): void {
+    this.#leases.release(m);
   }
 
   /** Appends `frame` at the end of `fd` (opened for append), always on the same lane, so appends keep their order. */
@@ -327,16 +425,24 @@ class Lanes {
   }
 
   /**
-   * Compresses `input` (codec `arg`) into one frame and appends it at the end of `fd`, on fd's lane as append does;
-   * resolves to the frame's length. The frame never travels back: per flush one hand-off rather than two, and on a
+   * Compresses `input`, the concatenation of its pieces (codec `arg`), into one frame and appends it at the end of
+   * `fd`, on fd's lane as append does; resolves to the frame's length. Pieces in shared memory (route replies, hot
+   * buffers' copies) are gathered on the lane, where they lie, so the event loop copies none of them. The frame never travels back: per flush one hand-off rather than two, and on a
    * thousand destinations the flushes' hand-offs were most of the event loop's work.
    */
-  async compressAppend(fd: number, arg: number, input: Uint8Array): Promise<number> {
+  async compressAppend(fd: number, arg: number, input: readonly Uint8Array[]): Promise<number> {
     const length = await this.#add(fd % this.#size, LANE_OPS.indexOf("compressAppend"), arg, fd, input, false);
     return length.readUInt32LE(0);
   }
 
-  #add(at: number, op: number, arg: number, fd: number, input: Uint8Array, moved: boolean): Promise<Buffer> {
+  #add(
+    at: number,
+    op: number,
+    arg: number,
+    fd: number,
+    input: Uint8Array | readonly Uint8Array[],
+    moved: boolean,
+  ): Promise<Buffer> {
     const lane = this.#lane(at);
     return new Promise((resolve, reject) => lane.add(op, arg, fd, input, moved, { resolve, reject }));
   }

@@ -156,7 +156,7 @@ class LocalFile implements ArchiveFile {
     );
   }
 
-  appendCompressed(codec: Codec, raw: Buffer): Promise<number> {
+  appendCompressed(codec: Codec, raw: readonly Buffer[]): Promise<number> {
     return this.#landed(codec.compressAppend(this.#live("append").fd, raw));
   }
 

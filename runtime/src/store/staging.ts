@@ -155,7 +155,7 @@ class StagedFile implements ArchiveFile {
     await this.#staging(() => this.#local.append(frame));
   }
 
-  appendCompressed(codec: Codec, raw: Buffer): Promise<number> {
+  appendCompressed(codec: Codec, raw: readonly Buffer[]): Promise<number> {
     return this.#staging(() => this.#local.appendCompressed(codec, raw));
   }
 

@@ -26,10 +26,11 @@ export interface ArchiveFile {
   /** Appends one whole frame. Rejects with an ArchiverError whose kind says whether a retry can clear it. */
   append(frame: Buffer): Promise<void>;
   /**
-   * Appends `raw` as one frame of `codec`, compressed where it is written; resolves to the frame's length. Rejects
-   * as append() does, or with the codec's `codec_refused` (permanent) when it refuses the batch.
+   * Appends `raw`, the concatenation of its pieces, as one frame of `codec`, compressed where it is written; resolves
+   * to the frame's length. Rejects as append() does, or with the codec's `codec_refused` (permanent) when it refuses
+   * the batch.
    */
-  appendCompressed(codec: Codec, raw: Buffer): Promise<number>;
+  appendCompressed(codec: Codec, raw: readonly Buffer[]): Promise<number>;
   /** Cuts the file back to `size` bytes: a failed append is cut back to the last whole block before a retry. */
   truncate(size: number): Promise<void>;
   /** Resolves once the file is durable (synced / uploaded). On rejection the file no longer holds its handle. */

@@ -50,8 +50,8 @@ class MemFile implements ArchiveFile {
     }
   }
 
-  async appendCompressed(codec: Codec, raw: Buffer): Promise<number> {
-    const frame = await codec.compress(raw);
+  async appendCompressed(codec: Codec, raw: readonly Buffer[]): Promise<number> {
+    const frame = await codec.compress(Buffer.concat(raw));
     await this.append(frame);
     return frame.length;
   }

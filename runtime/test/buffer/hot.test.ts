@@ -1,6 +1,12 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { HotBufferPool, HOT_BUFFER_COUNT, type BufferedRecords, type FlushBatch } from "../../src/buffer/hot.ts";
+import {
+  HotBufferPool,
+  HOT_BUFFER_COUNT,
+  joined,
+  type BufferedRecords,
+  type FlushBatch,
+} from "../../src/buffer/hot.ts";
 import { OffsetTracker } from "../../src/delivery/tracker.ts";
 
 function pool(over: Partial<ConstructorParameters<typeof HotBufferPool>[0]> = {}) {
@@ -35,7 +41,7 @@ function group(values: string[], first: number): BufferedRecords {
   values.forEach((_, i) => (offsets[i + 2] = first + i));
   return { count: values.length, data, dataAt: 5, ends, endsAt: 3, offsets, offsetsAt: 2 };
 }
-const lines = (b: FlushBatch) => b.data.toString().split("\n").slice(0, -1);
+const lines = (b: FlushBatch) => joined(b).toString().split("\n").slice(0, -1);
 
 test("a buffer flushes at flush_bytes plus one record, with a newline after each payload", () => {
   const { p, flushed } = pool({ flushBytes: 11 });
@@ -111,7 +117,7 @@ test("nothing is allocated before a destination's first record, and flushing han
   p.add("d", 0, rec(0, "payload"));
   p.flushAll();
   assert.deepEqual(p.stats(), { buffers: 0, bytes: 0, records: 0 });
-  assert.equal(flushed[0]?.data.length, 8);
+  assert.equal(flushed[0]?.bytes, 8);
 });
 
 test("a group crossing a limit flushes at the record that reaches it, and the rest buffers on", () => {
@@ -133,4 +139,63 @@ test("a group crossing a limit flushes at the record that reaches it, and the re
   byCount.p.flushAll();
   assert.deepEqual([...byCount.flushed[2]!.ends], [2]);
   assert.deepEqual(byCount.flushed[2]!.runs, [3, 1, 2]);
+});
+
+/** `g` as a route reply hands it over: its memory shared, where a flush's lane reads it in place. */
+function shared(g: BufferedRecords): BufferedRecords {
+  const data = Buffer.from(new SharedArrayBuffer(g.data.length));
+  g.data.copy(data);
+  return { ...g, data };
+}
+
+test("records in a route reply are held as views of it and flushed as pieces of it, copied only as a turn ends", () => {
+  const { p, flushed } = pool();
+  const first = shared(group(["a0", "a1"], 0));
+  const second = shared(group(["a2"], 2));
+  p.add("d", 0, first);
+  p.add("d", 0, second);
+  p.flushAll();
+  const f = flushed[0]!;
+  assert.deepEqual(
+    f.pieces.map((piece) => piece.buffer),
+    [first.data.buffer, second.data.buffer],
+    "no copy: each piece lies in its reply",
+  );
+  assert.equal(f.bytes, 9);
+  assert.deepEqual(lines(f), ["a0", "a1", "a2"]);
+  assert.deepEqual([...f.ends], [3, 6, 9]);
+
+  const kept = shared(group(["b0"], 0));
+  p.add("e", 0, kept);
+  p.settle();
+  kept.data.fill(0x78); // the reply's memory written again by its lane
+  const after = shared(group(["b1"], 1));
+  p.add("e", 0, after);
+  p.flushAll();
+  const g = flushed[1]!;
+  assert.deepEqual(lines(g), ["b0", "b1"], "what the turn left buffered was copied before the reply was reused");
+  assert.notEqual(g.pieces[0]?.buffer, kept.data.buffer);
+  assert.equal(g.pieces[1]?.buffer, after.data.buffer);
+});
+
+test("pieces and copies keep the records' order, through a limit and a revocation", () => {
+  const { p, flushed, tracker } = pool({ flushBytes: 11, flushRecords: 100 });
+  p.add("d", 0, shared(group(["aaaa"], 0)));
+  p.add("d", 0, group(["bbbb"], 1));
+  p.add("d", 0, shared(group(["cccc", "dddd", "eeee"], 2)));
+  assert.deepEqual(lines(flushed[0]!), ["aaaa", "bbbb", "cccc"]);
+  p.flushAll();
+  assert.deepEqual(lines(flushed[1]!), ["dddd", "eeee"]);
+  assert.deepEqual([...flushed[1]!.ends], [5, 10]);
+
+  const a = tracker.slot("t", 0);
+  const b = tracker.slot("t", 1);
+  p.add("r", a, shared(group(["a0"], 0)));
+  p.add("r", b, shared(group(["b0"], 0)));
+  p.add("r", a, shared(group(["a1"], 1)));
+  assert.equal(p.discardSlots(new Set([b])), 1);
+  p.add("r", a, shared(group(["a2"], 2)));
+  p.flushAll();
+  assert.deepEqual(lines(flushed[2]!), ["a0", "a1", "a2"]);
+  assert.deepEqual([...flushed[2]!.offsets], [0, 1, 2]);
 });

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { createCodec } from "../../src/codec/index.ts";
 import { viewsOf } from "../../src/buffer/hot.ts";
-import { codecLanes, copyInto, releaseShared, sharedCopy } from "../../src/codec/lanes.ts";
+import { codecLanes, copyInto, releaseShared, ReplyLeases, sharedCopy } from "../../src/codec/lanes.ts";
 import { encodeRouteBlock, readRouted, routeBlock, type Routed, type RouteSpec } from "../../src/route/block.ts";
 import { createFileStore } from "../../src/store/file.ts";
 import type { RecordsBatch } from "../../src/transport/types.ts";
@@ -18,6 +18,22 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 
 const flush = (i: number): Buffer =>
   Buffer.from(Array.from({ length: 1 + (i % 13) }, (_, k) => `{"id":${i},"k":${k},"org":"org-${i % 7}"}\n`).join(""));
+
+/**
+ * `buf` in pieces, as a flush hands them to its lane: the first third in shared memory of its own, the middle in
+ * plain memory, the rest in shared memory at an odd offset (every fifth flush whole, in one piece).
+ */
+function inPieces(buf: Buffer, i: number): Buffer[] {
+  if (i % 5 === 0) return [buf];
+  const shared = (part: Buffer, at: number): Buffer => {
+    const copy = Buffer.from(new SharedArrayBuffer(at + part.length + 3), at, part.length);
+    part.copy(copy);
+    return copy;
+  };
+  const a = Math.floor(buf.length / 3);
+  const b = Math.floor((2 * buf.length) / 3);
+  return [shared(buf.subarray(0, a), 0), Buffer.from(buf.subarray(a, b)), shared(buf.subarray(b), 5)];
+}
 
 test("a thousand flushes asked for in one turn each come back as their own frame", async () => {
   const codec = createCodec("zstd", 3);
@@ -76,7 +92,7 @@ test("flushes compressed where they are appended land as one frame each, in orde
   for (let i = 0; i < 400; i++) {
     const which = i % 3 === 0 ? 1 : 0;
     inputs[which]?.push(flush(i));
-    appends.push(files[which]?.appendCompressed(codec, flush(i)) ?? Promise.resolve(0));
+    appends.push(files[which]?.appendCompressed(codec, inPieces(flush(i), i)) ?? Promise.resolve(0));
   }
   const lengths = await Promise.all(appends);
   for (const [i, f] of files.entries()) {
@@ -105,7 +121,7 @@ test("a compressed append that the disk refuses fails as a write (ENOSPC, nothin
   const fd = openSync("/dev/full", "a");
   try {
     const err = await createCodec("zstd", 3)
-      .compressAppend(fd, flush(3))
+      .compressAppend(fd, [flush(3)])
       .then(
         () => undefined,
         (e: unknown) => e,
@@ -209,4 +225,30 @@ test("a route block given up is moved to the lane, not copied: routed as a copy 
   const keys = (r: Routed) => r.chunks.flatMap((c) => c.groups.map((g) => [g.key, viewsOf(g).data.toString()]));
   assert.deepEqual(keys(readRouted(fromMoved)), keys(here));
   assert.deepEqual(keys(readRouted(fromKept)), keys(here));
+});
+
+test("route reply memory recycled while leased goes back for reuse at its last reader's release, and only then", () => {
+  const given: SharedArrayBuffer[] = [];
+  const leases = new ReplyLeases((m) => given.push(m));
+  const read = new SharedArrayBuffer(8);
+  leases.lease(read);
+  leases.lease(read);
+  leases.recycle(read);
+  assert.deepEqual(given, [], "two readers hold it");
+  leases.release(read);
+  assert.deepEqual(given, [], "one reader still holds it");
+  leases.release(read);
+  assert.deepEqual(given, [read]);
+  leases.release(read);
+  assert.equal(given.length, 1, "a release past the last gives nothing back twice");
+
+  const unread = new SharedArrayBuffer(8);
+  leases.recycle(unread);
+  assert.deepEqual(given, [read, unread], "memory nothing leased goes back at once");
+  const kept = new SharedArrayBuffer(8);
+  leases.lease(kept);
+  leases.release(kept);
+  assert.equal(given.length, 2, "memory released but never recycled stays with its batch");
+  leases.recycle(kept);
+  assert.deepEqual(given, [read, unread, kept]);
 });
