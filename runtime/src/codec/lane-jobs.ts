@@ -11,6 +11,8 @@ import type * as Snappy from "snappy";
 import { ArchiverError } from "../errors.ts";
 import { lazyNative } from "../native.ts";
 import { routeBlock } from "../route/block.ts";
+import { sharedReplyMemory } from "../route/reply-wasm.ts";
+import type { SharedWasmMemory } from "../wasm.ts";
 import { CODEC_NAMES } from "./index.ts";
 import {
   alignOutput,
@@ -241,7 +243,7 @@ async function run(batch: LaneBatch): Promise<LaneReply> {
   const count = jobs.length / JOB_FIELDS;
   const lengths = new Int32Array(count);
   const failures: Record<number, LaneFailure> = {};
-  const owned: Record<number, SharedArrayBuffer> = {};
+  const owned: Record<number, SharedWasmMemory> = {};
   out.end = 0;
   for (let i = 0, at = 0; i < count; i++, at += JOB_FIELDS) {
     const op = LANE_OPS[jobs[at] ?? -1];
@@ -267,8 +269,10 @@ async function run(batch: LaneBatch): Promise<LaneReply> {
       else if (op === "decompress") lengths[i] = await decompress(arg, input, out);
       else if (op === "route") {
         // A reply of its own, in shared memory: a batch's routed records, megabytes, copied nowhere.
-        const reply = routeBlock(input, replyMemory);
-        owned[i] = reply.buffer;
+        let memory: SharedWasmMemory | undefined;
+        const reply = routeBlock(input, (size) => (memory = replyMemory(size)));
+        if (memory === undefined) throw new Error("a route reply without its memory");
+        owned[i] = memory;
         lengths[i] = reply.length;
       } else throw new Error(`unknown lane op ${jobs[at]}`);
     } catch (err) {
@@ -310,28 +314,28 @@ function gather(batch: LaneBatch, data: Buffer, sources: readonly Buffer[], at: 
  * so a lane, are routed before their predecessors come back, and with four kept half the bench's replies took fresh
  * memory.
  */
-const spares: SharedArrayBuffer[] = [];
+const spares: SharedWasmMemory[] = [];
 const SPARES_KEPT = 8;
 
 /**
  * The smallest spare that holds `size` bytes, else fresh memory with room for larger replies to come (a fetch's
  * pieces grew from 6 to 9 MB over the bench's run); pages a reply never writes are never faulted in.
  */
-function replyMemory(size: number): SharedArrayBuffer {
+function replyMemory(size: number): SharedWasmMemory {
   let best = -1;
   for (let i = 0; i < spares.length; i++) {
-    const length = (spares[i] as SharedArrayBuffer).byteLength;
-    if (length >= size && (best < 0 || length < (spares[best] as SharedArrayBuffer).byteLength)) best = i;
+    const length = (spares[i] as SharedWasmMemory).buffer.byteLength;
+    if (length >= size && (best < 0 || length < (spares[best] as SharedWasmMemory).buffer.byteLength)) best = i;
   }
-  if (best >= 0) return spares.splice(best, 1)[0] as SharedArrayBuffer;
-  return new SharedArrayBuffer(alignOutput(size + (size >> 1)));
+  if (best >= 0) return spares.splice(best, 1)[0] as SharedWasmMemory;
+  return sharedReplyMemory(size + (size >> 1));
 }
 
 // Batches run one after another, snappy's awaits included, so appends to one descriptor keep their order.
 let tail = Promise.resolve();
 port.on("message", (batch: LaneBatch) => {
   spares.push(...batch.spares);
-  spares.sort((a, b) => b.byteLength - a.byteLength).splice(SPARES_KEPT);
+  spares.sort((a, b) => b.buffer.byteLength - a.buffer.byteLength).splice(SPARES_KEPT);
   tail = tail
     .then(() => run(batch))
     .then((reply) => port.postMessage(reply, [reply.data, reply.lengths.buffer]))

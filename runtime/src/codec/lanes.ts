@@ -12,6 +12,7 @@ import { extname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import { ArchiverError } from "../errors.ts";
+import type { SharedWasmMemory } from "../wasm.ts";
 
 export type LaneOp = "compress" | "decompress" | "append" | "compressAppend" | "route";
 export const LANE_OPS: readonly LaneOp[] = ["compress", "decompress", "append", "compressAppend", "route"];
@@ -31,7 +32,7 @@ export interface LaneBatch {
   readonly data: ArrayBuffer;
   readonly inPlace: readonly (SharedArrayBuffer | ArrayBuffer)[];
   /** Route replies' memory the event loop is done with, for the lane's next replies (see recycle). */
-  readonly spares: readonly SharedArrayBuffer[];
+  readonly spares: readonly SharedWasmMemory[];
 }
 export const JOB_FIELDS = 6;
 const ROUTE = LANE_OPS.indexOf("route");
@@ -42,8 +43,11 @@ export const IN_PIECES = -2;
 export const PIECE_FIELDS = 3;
 /** Route replies' memory waiting to go back to the lane that wrote it, at most this many a lane. */
 const SPARES_HELD = 8;
-/** The lane each route reply's memory came from, so it goes back there: a lane reuses what its own replies used. */
-const replyLane = new WeakMap<SharedArrayBuffer, Lane>();
+/**
+ * The lane each route reply's memory came from, and the WebAssembly memory it is the buffer of, so it goes back there
+ * as that: a lane reuses what its own replies used, and its replies are written by WebAssembly (route/reply.wat).
+ */
+const replyLane = new WeakMap<SharedArrayBuffer, { lane: Lane; memory: SharedWasmMemory }>();
 
 /**
  * Route replies' memory read past its batch (a hot buffer's pieces, a flush's), by how many readers: memory recycled
@@ -172,7 +176,7 @@ export interface LaneReply {
   readonly id: number;
   readonly lengths: Int32Array<ArrayBuffer>;
   readonly data: ArrayBuffer;
-  readonly owned: Readonly<Record<number, SharedArrayBuffer>>;
+  readonly owned: Readonly<Record<number, SharedWasmMemory>>;
   readonly failures: Readonly<Record<number, LaneFailure>>;
 }
 
@@ -213,7 +217,7 @@ class Lane {
   /** Of those, routes: each a whole batch, the costliest job by far, so what picking a lane for a route reads. */
   routes = 0;
   /** Its route replies' memory, recycled (Lanes.recycle), to go back with its next message. */
-  readonly spares: SharedArrayBuffer[] = [];
+  readonly spares: SharedWasmMemory[] = [];
 
   constructor(onGone: (lane: Lane, why: string) => void) {
     this.worker = new Worker(WORKER_URL);
@@ -332,8 +336,9 @@ class Lane {
       }
       const own = reply.owned[i];
       if (own !== undefined) {
-        replyLane.set(own, this);
-        job.resolve(Buffer.from(own, 0, length));
+        const buffer = own.buffer;
+        replyLane.set(buffer, { lane: this, memory: own });
+        job.resolve(Buffer.from(buffer, 0, length));
         continue;
       }
       job.resolve(Buffer.from(reply.data, offset, length));
@@ -360,8 +365,8 @@ class Lanes {
   readonly #size = Math.max(1, Math.min(4, availableParallelism()));
   readonly #lanes: (Lane | undefined)[] = [];
   readonly #leases = new ReplyLeases((m) => {
-    const lane = replyLane.get(m);
-    if (lane !== undefined && lane.spares.length < SPARES_HELD) lane.spares.push(m);
+    const from = replyLane.get(m);
+    if (from !== undefined && from.lane.spares.length < SPARES_HELD) from.lane.spares.push(from.memory);
   });
 
   /** How many lanes there are (started or not). */

@@ -19,6 +19,8 @@ import { ArchiverError } from "../errors.ts";
 import type { InboundBatch, InboundRecord } from "../transport/types.ts";
 import { forEachRecord, splitBatches, type AbortedTransaction } from "../transport/record-batch.ts";
 import { Lz4Frames } from "../transport/lz4-frame.ts";
+import type { SharedWasmMemory, WasmMemory } from "../wasm.ts";
+import { putterFor, type ReplyPutter } from "./reply-wasm.ts";
 import { createRouter, TOO_DEEP, type Router, type RouterOptions } from "./router.ts";
 
 /** How the lane routes: the router's options, and records per chunk (kafka.batch_size). */
@@ -175,16 +177,23 @@ const visited = new Visited();
 /** A block's lz4 batches, decoded in its memory and read there until the reply is encoded. */
 let lz4: Lz4Frames | undefined;
 
-/** Shared memory for a reply of `size` bytes: at least that many, all of it the reply's. */
-export type ReplyMemory = (size: number) => SharedArrayBuffer;
+/**
+ * Shared memory for a reply of `size` bytes: at least that many, all of it the reply's. A WebAssembly memory lets
+ * reply.wat put the records an lz4 decoder left; any other takes them copied one by one.
+ */
+export type ReplyMemory = (size: number) => SharedWasmMemory;
 
-const freshMemory: ReplyMemory = (size) => new SharedArrayBuffer(size);
+/**
+ * A reply's memory where nothing recycles it (a batch routed on the event loop): plain shared memory, since each
+ * WebAssembly memory reserves gigabytes of address space until it is collected.
+ */
+const plainMemory: ReplyMemory = (size) => ({ buffer: new SharedArrayBuffer(size) });
 
 /**
  * Routes one block (the lane's side); the reply, laid out as the header comment says, fills the start of shared
  * memory of its own, from `memory`.
  */
-export function routeBlock(block: Uint8Array, memory: ReplyMemory = freshMemory): Uint8Array<SharedArrayBuffer> {
+export function routeBlock(block: Uint8Array, memory: ReplyMemory = plainMemory): Uint8Array<SharedArrayBuffer> {
   const view = new DataView(block.buffer, block.byteOffset, block.byteLength);
   const text = Buffer.from(block.buffer, block.byteOffset, block.byteLength);
   let p = 0;
@@ -291,8 +300,12 @@ function encodeReply(
   // Recycled memory holds an earlier reply: every byte read back is written here first (the pads are never read).
   // Keys and records go in with copyInto: a batch of one record is the whole of its source, which Buffer#copy would
   // move into shared memory a byte at a time.
-  const out = Buffer.from(memory(size), 0, size);
+  const reply = memory(size);
+  const out = Buffer.from(reply.buffer, 0, size);
   const view = new DataView(out.buffer, out.byteOffset, out.length);
+  // Records an lz4 decoder left are put by reply.wat, a table of them at a time; others are copied here.
+  const putters = new Map<WasmMemory, ReplyPutter>();
+  const puts = sources.map((source) => putterFor(source.buffer, reply, putters));
   const cursors: Cursor[] = new Array<Cursor>(groups.length);
   view.setUint32(0, chunks.length, true);
   let p = 8;
@@ -321,14 +334,23 @@ function encodeReply(
     const c = cursors[visited.group[r] ?? 0] as Cursor;
     const start = visited.start[r] ?? 0;
     const end = visited.end[r] ?? 0;
-    copyInto(out, c.data + c.end, sources[visited.source[r] ?? 0] as Buffer, start, end);
-    c.end += end - start;
-    out[c.data + c.end++] = NEWLINE;
-    view.setUint32(c.ends, c.end, true);
-    view.setFloat64(c.offsets, visited.offset[r] ?? 0, true);
+    const s = visited.source[r] ?? 0;
+    const source = sources[s] as Buffer;
+    const at = c.data + c.end;
+    c.end += end - start + 1;
+    const put = puts[s];
+    if (put !== undefined) {
+      put.put(at, source.byteOffset + start, end - start, c.ends, c.end, c.offsets, visited.offset[r] ?? 0);
+    } else {
+      copyInto(out, at, source, start, end);
+      out[at + end - start] = NEWLINE;
+      view.setUint32(c.ends, c.end, true);
+      view.setFloat64(c.offsets, visited.offset[r] ?? 0, true);
+    }
     c.ends += 4;
     c.offsets += 8;
   }
+  for (const putter of putters.values()) putter.done();
   view.setUint32(p, stats.errors, true);
   view.setUint32(p + 4, stats.tooDeep, true);
   view.setUint32(p + 8, fields.length, true);

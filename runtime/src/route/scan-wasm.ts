@@ -4,7 +4,8 @@
 // batches) is scanned where it lies in the decoder's memory, the scan's tables at its head; any other is copied into
 // the scanner's own memory, so nothing depends on how long the caller's buffer lives or whether it changes.
 
-import { decoderMemory, SHARED_HEAD, type WasmMemory } from "../transport/lz4-frame.ts";
+import { decoderMemory, REPLY_TABLE_AT, SHARED_HEAD } from "../transport/lz4-frame.ts";
+import { Wasm, WASM_PAGE, type WasmMemory } from "../wasm.ts";
 import { SCAN_MODULE } from "./scan-module.ts";
 
 // The module's memory layout, as scan.wat's header gives it.
@@ -17,7 +18,6 @@ const SLOT_BYTES = 16;
 const RECORDS_AT = 67_584;
 /** Bytes kept past a record: the scan reads words near a record's end before checking how far it is. */
 const SLACK = 16;
-const PAGE = 65_536;
 
 /** Keys the module can hold, and their longest. */
 export const WASM_MAX_KEYS = 7;
@@ -26,19 +26,12 @@ export const WASM_MAX_KEY_BYTES = KEY_STRIDE - 4;
 /** scan's verdicts: extract.ts's ScanResult, and Unhandled for a record the JavaScript scan must read instead. */
 export const WasmVerdict = { Ok: 0, Invalid: 1, TooDeep: 2, Unhandled: 3 } as const;
 
-if (SHARED_HEAD < RECORDS_AT) throw new Error("an lz4 decoder's memory leaves too little room for the scan's tables");
+if (REPLY_TABLE_AT < RECORDS_AT)
+  throw new Error("an lz4 decoder's memory leaves too little room for the scan's tables");
 
 interface ScanExports {
   scan(p: number, n: number, maxDepth: number): number;
 }
-
-// The part of the WebAssembly global used here: TypeScript declares it only in its DOM libraries.
-declare const WebAssembly: {
-  Module: new (bytes: Uint8Array) => object;
-  Instance: new (module: object, imports: object) => { readonly exports: unknown };
-  Memory: new (descriptor: { initial: number }) => WasmMemory;
-  CompileError: new () => Error;
-};
 
 let compiled: object | undefined;
 
@@ -51,7 +44,7 @@ class Bound {
 
   constructor(memory: WasmMemory) {
     this.memory = memory;
-    this.exports = new WebAssembly.Instance(compiled as object, { env: { memory } }).exports as ScanExports;
+    this.exports = new Wasm.Instance(compiled as object, { env: { memory } }).exports as ScanExports;
     this.views();
   }
 
@@ -84,9 +77,9 @@ export class WasmScanner {
       throw new RangeError(`at most ${WASM_MAX_KEYS} keys of at most ${WASM_MAX_KEY_BYTES} bytes`);
     }
     try {
-      compiled ??= new WebAssembly.Module(Buffer.from(SCAN_MODULE, "base64"));
+      compiled ??= new Wasm.Module(Buffer.from(SCAN_MODULE, "base64"));
     } catch (err) {
-      if (err instanceof WebAssembly.CompileError) return undefined;
+      if (err instanceof Wasm.CompileError) return undefined;
       throw err;
     }
     return new WasmScanner(keys);
@@ -94,7 +87,7 @@ export class WasmScanner {
 
   private constructor(keys: readonly Uint8Array[]) {
     this.#keys = keys;
-    this.#own = new Bound(new WebAssembly.Memory({ initial: Math.ceil((RECORDS_AT + SLACK) / PAGE) }));
+    this.#own = new Bound(new Wasm.Memory({ initial: Math.ceil((RECORDS_AT + SLACK) / WASM_PAGE) }));
     this.#last = this.#own;
     this.#writeTables(this.#own);
   }
@@ -132,7 +125,7 @@ export class WasmScanner {
     }
     const own = this.#own;
     if (RECORDS_AT + length + SLACK > own.bytes.length) {
-      own.memory.grow(Math.ceil((RECORDS_AT + length + SLACK - own.bytes.length) / PAGE));
+      own.memory.grow(Math.ceil((RECORDS_AT + length + SLACK - own.bytes.length) / WASM_PAGE));
       own.views();
     }
     // Buffer#copy where it can: a subarray and TypedArray#set a record took more than the copy itself.

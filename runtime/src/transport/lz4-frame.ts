@@ -6,6 +6,7 @@
 // still bounds-checked, so a malformed frame throws and never reads or writes out of place.
 
 import { ArchiverError } from "../errors.ts";
+import { Wasm, WASM_PAGE, type WasmMemory } from "../wasm.ts";
 import { LZ4_MODULE } from "./lz4-module.ts";
 
 const FRAME_MAGIC = 0x184d2204;
@@ -14,13 +15,6 @@ const SKIPPABLE_MASK = 0xfffffff0;
 const SKIPPABLE = 0x184d2a50;
 /** The decoder may store up to this many bytes past its output (see lz4.wat). */
 const SLACK = 16;
-const PAGE = 65_536;
-
-/** A WebAssembly memory, as the parts of the runtime that share one see it. */
-export interface WasmMemory {
-  readonly buffer: ArrayBuffer;
-  grow(pages: number): number;
-}
 
 interface Lz4Exports {
   readonly memory: WasmMemory;
@@ -29,9 +23,13 @@ interface Lz4Exports {
 
 /**
  * Bytes at the start of a decoder's memory it never writes: the route scan's tables (route/scan-wasm.ts), which then
- * reads the records where they were decoded rather than a copy of each (a Buffer#copy a record, about 0.1 µs).
+ * reads the records where they were decoded rather than a copy of each (a Buffer#copy a record, about 0.1 µs), and
+ * from REPLY_TABLE_AT the table of copies that puts them into a route reply (route/reply-wasm.ts).
  */
-export const SHARED_HEAD = 2 * PAGE;
+export const SHARED_HEAD = 3 * WASM_PAGE;
+/** Where the route reply's table of copies lies in a decoder's memory, and its bytes. */
+export const REPLY_TABLE_AT = 2 * WASM_PAGE;
+export const REPLY_TABLE_BYTES = WASM_PAGE;
 
 /** The decoders' memories by their current buffer, so a view of one leads to the memory it lies in. */
 const memories = new WeakMap<ArrayBuffer, WasmMemory>();
@@ -40,12 +38,6 @@ const memories = new WeakMap<ArrayBuffer, WasmMemory>();
 export function decoderMemory(buffer: ArrayBufferLike): WasmMemory | undefined {
   return memories.get(buffer as ArrayBuffer);
 }
-
-// The part of the WebAssembly global used here: TypeScript declares it only in its DOM libraries.
-declare const WebAssembly: {
-  Module: new (bytes: Uint8Array) => object;
-  Instance: new (module: object) => { readonly exports: unknown };
-};
 
 function corrupt(message: string): ArchiverError {
   // Permanent: a fetch of the same offset returns the same bytes.
@@ -152,8 +144,8 @@ export function lz4Bound(src: Uint8Array): number {
 let compiled: object | undefined;
 
 function instantiate(): Lz4Exports {
-  compiled ??= new WebAssembly.Module(Buffer.from(LZ4_MODULE, "base64"));
-  return new WebAssembly.Instance(compiled).exports as Lz4Exports;
+  compiled ??= new Wasm.Module(Buffer.from(LZ4_MODULE, "base64"));
+  return new Wasm.Instance(compiled).exports as Lz4Exports;
 }
 
 /**
@@ -187,7 +179,7 @@ export class Lz4Frames {
     // A memory never shrinks: one grown past KEEP_BYTES by a large run is dropped at the next run that fits in less.
     if (this.#wasm.memory.buffer.byteLength > KEEP_BYTES && end <= KEEP_BYTES) this.#wasm = instantiate();
     const memory = this.#wasm.memory;
-    if (memory.buffer.byteLength < end) memory.grow(Math.ceil((end - memory.buffer.byteLength) / PAGE));
+    if (memory.buffer.byteLength < end) memory.grow(Math.ceil((end - memory.buffer.byteLength) / WASM_PAGE));
     // Here, as the only views handed out are of a run's buffer.
     memories.set(memory.buffer, memory);
     this.#memory = new Uint8Array(memory.buffer);

@@ -1,0 +1,62 @@
+// reply.wat through ReplyPutter: records an lz4 decoder left, put into a reply's shared WebAssembly memory a table of
+// copies at a time, against the records themselves.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { compressFrameSync } from "lz4-napi";
+import { putterFor, ReplyPutter, sharedReplyMemory } from "../../src/route/reply-wasm.ts";
+import { decoderMemory, lz4Bound, Lz4Frames } from "../../src/transport/lz4-frame.ts";
+import type { WasmMemory } from "../../src/wasm.ts";
+
+/** The records decoded from one lz4 frame, each a view of the decoder's memory. */
+function decoded(records: string[]): Buffer[] {
+  const decoder = new Lz4Frames();
+  const frame = compressFrameSync(Buffer.from(records.join("")));
+  decoder.begin(lz4Bound(frame));
+  const out = decoder.decode(frame);
+  let at = 0;
+  return records.map((r) => out.subarray(at, (at += Buffer.byteLength(r))));
+}
+
+test("records are put where asked, each with its newline, end and offset, across many tables", () => {
+  // More records than one table holds (2048 rows), of uneven lengths, put in reverse order.
+  const records = Array.from({ length: 5000 }, (_, i) => JSON.stringify({ n: i, pad: "x".repeat((i * 13) % 300) }));
+  const views = decoded(records);
+  const memory = decoderMemory((views[0] as Buffer).buffer);
+  assert.ok(memory !== undefined);
+  const bytes = records.reduce((n, r) => n + Buffer.byteLength(r) + 1, 0);
+  const endsAt = bytes + 8;
+  const offsetsAt = endsAt + records.length * 4 + 8;
+  const reply = sharedReplyMemory(offsetsAt + records.length * 8);
+  const putter = new ReplyPutter(memory, reply);
+  const starts: number[] = [];
+  let to = 0;
+  for (const r of records) {
+    starts.push(to);
+    to += Buffer.byteLength(r) + 1;
+  }
+  for (let i = records.length - 1; i >= 0; i--) {
+    const view = views[i] as Buffer;
+    const at = starts[i] as number;
+    putter.put(at, view.byteOffset, view.length, endsAt + i * 4, at + view.length + 1, offsetsAt + i * 8, 1e12 + i);
+  }
+  putter.done();
+  const out = Buffer.from(reply.buffer);
+  assert.equal(out.toString("utf8", 0, bytes), records.map((r) => `${r}\n`).join(""));
+  const data = new DataView(reply.buffer);
+  records.forEach((r, i) => {
+    assert.equal(data.getUint32(endsAt + i * 4, true), (starts[i] as number) + Buffer.byteLength(r) + 1);
+    assert.equal(data.getFloat64(offsetsAt + i * 8, true), 1e12 + i);
+  });
+});
+
+test("records not in a decoder's memory, or a reply not in a WebAssembly memory, take no putter", () => {
+  const [view] = decoded(['{"a":1}']);
+  assert.ok(view !== undefined);
+  const putters = new Map<WasmMemory, ReplyPutter>();
+  const wasm = sharedReplyMemory(1024);
+  const first = putterFor(view.buffer, wasm, putters);
+  assert.ok(first !== undefined);
+  assert.equal(putterFor(view.buffer, wasm, putters), first, "one putter a decoder's memory and reply");
+  assert.equal(putterFor(new ArrayBuffer(8), wasm, putters), undefined);
+  assert.equal(putterFor(view.buffer, { buffer: new SharedArrayBuffer(1024) }, new Map()), undefined);
+});
