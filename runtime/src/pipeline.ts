@@ -566,7 +566,7 @@ export class Pipeline implements TransportSink {
     // Compressed on the lane that appends it (see codec/lanes.ts compressAppend), in the destination's order.
     const next = (prev ?? Promise.resolve())
       .then(() =>
-        this.#appendHeld(b, bytes).then(() => {
+        this.#appendHeld(b).then(() => {
           this.#m.messagesWritten.inc(b.records);
           this.#m.bytesWritten.inc(bytes);
           this.#m.flushDuration.observe((performance.now() - started) / 1000);
@@ -627,11 +627,11 @@ export class Pipeline implements TransportSink {
    * offsets stay held, and the append is retried from 0.1 s to 5 s while nothing more is received. Once shutdown
    * begins it gets WRITE_RETRY_AFTER_DRAIN_MS more, then its batch is Errored (the restart reads it again).
    */
-  async #appendHeld(b: FlushBatch, bytes: number): Promise<void> {
+  async #appendHeld(b: FlushBatch): Promise<void> {
     const block = { raw: b.pieces, codec: this.#codec };
     for (let failures = 0; ;) {
       try {
-        await this.#writers.append(b.destination, block, b.records, bytes, b.hold);
+        await this.#writers.append(b.destination, block, b.records, b.bytes, b.hold);
         this.#localWrites?.ok();
         if (failures > 0) {
           this.#log.info({ destination: b.destination, failures }, "local write landed after retries");

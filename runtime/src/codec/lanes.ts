@@ -432,8 +432,9 @@ class Lanes {
   /**
    * Compresses `input`, the concatenation of its pieces (codec `arg`), into one frame and appends it at the end of
    * `fd`, on fd's lane as append does; resolves to the frame's length. Pieces in shared memory (route replies, hot
-   * buffers' copies) are gathered on the lane, where they lie, so the event loop copies none of them. The frame never travels back: per flush one hand-off rather than two, and on a
-   * thousand destinations the flushes' hand-offs were most of the event loop's work.
+   * buffers' copies) are gathered on the lane, where they lie, so the event loop copies none of them. The frame never
+   * travels back: per flush one hand-off rather than two, and on a thousand destinations the flushes' hand-offs were
+   * most of the event loop's work.
    */
   async compressAppend(fd: number, arg: number, input: readonly Uint8Array[]): Promise<number> {
     const length = await this.#add(fd % this.#size, LANE_OPS.indexOf("compressAppend"), arg, fd, input, false);

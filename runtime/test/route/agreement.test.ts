@@ -3,12 +3,12 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
-import { compressFrameSync } from "lz4-napi";
 import { nestingDepthExceeds } from "../../src/route/depth.ts";
 import { compileExtractor, FieldKind } from "../../src/route/extract.ts";
 import { createRouter, TOO_DEEP } from "../../src/route/router.ts";
 import { encodeSegment } from "../../src/route/segment.ts";
-import { lz4Bound, Lz4Frames } from "../../src/transport/lz4-frame.ts";
+import { Lz4Frames } from "../../src/transport/lz4-frame.ts";
+import { lz4Decoded } from "../../../e2e/support/batches.ts";
 
 // ROUTE_FUZZ_RUNS raises the count for a longer soak; the default keeps the suite fast.
 const RUNS = Number(process.env.ROUTE_FUZZ_RUNS ?? 40_000);
@@ -294,15 +294,7 @@ const TOP_PATHS = ["_org_id", "event_type", "tags", "a", "b"];
 const decoder = new Lz4Frames();
 
 /** The records as an lz4 decoder leaves them, end to end in its memory: where the WebAssembly scan reads them. */
-function decoded(records: Buffer[]): Uint8Array[] {
-  const all = Buffer.concat(records);
-  if (all.length === 0) return records;
-  const frame = compressFrameSync(all);
-  decoder.begin(lz4Bound(frame));
-  const out = decoder.decode(frame);
-  let at = 0;
-  return records.map((r) => out.subarray(at, (at += r.length)));
-}
+const decoded = (records: Buffer[]): Uint8Array[] => lz4Decoded(records, decoder);
 
 const asGiven = (records: Buffer[]): Uint8Array[] => records;
 

@@ -2,25 +2,15 @@
 // copies at a time, against the records themselves.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { compressFrameSync } from "lz4-napi";
 import { putterFor, ReplyPutter, sharedReplyMemory } from "../../src/route/reply-wasm.ts";
-import { decoderMemory, lz4Bound, Lz4Frames } from "../../src/transport/lz4-frame.ts";
+import { decoderMemory } from "../../src/transport/lz4-frame.ts";
+import { lz4Decoded } from "../../../e2e/support/batches.ts";
 import type { WasmMemory } from "../../src/wasm.ts";
-
-/** The records decoded from one lz4 frame, each a view of the decoder's memory. */
-function decoded(records: string[]): Buffer[] {
-  const decoder = new Lz4Frames();
-  const frame = compressFrameSync(Buffer.from(records.join("")));
-  decoder.begin(lz4Bound(frame));
-  const out = decoder.decode(frame);
-  let at = 0;
-  return records.map((r) => out.subarray(at, (at += Buffer.byteLength(r))));
-}
 
 test("records are put where asked, each with its newline, end and offset, across many tables", () => {
   // More records than one table holds (2048 rows), of uneven lengths, put in reverse order.
   const records = Array.from({ length: 5000 }, (_, i) => JSON.stringify({ n: i, pad: "x".repeat((i * 13) % 300) }));
-  const views = decoded(records);
+  const views = lz4Decoded(records);
   const memory = decoderMemory((views[0] as Buffer).buffer);
   assert.ok(memory !== undefined);
   const bytes = records.reduce((n, r) => n + Buffer.byteLength(r) + 1, 0);
@@ -50,7 +40,7 @@ test("records are put where asked, each with its newline, end and offset, across
 });
 
 test("records not in a decoder's memory, or a reply not in a WebAssembly memory, take no putter", () => {
-  const [view] = decoded(['{"a":1}']);
+  const [view] = lz4Decoded(['{"a":1}']);
   assert.ok(view !== undefined);
   const putters = new Map<WasmMemory, ReplyPutter>();
   const wasm = sharedReplyMemory(1024);

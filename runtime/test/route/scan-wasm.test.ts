@@ -2,23 +2,14 @@
 // of the decoder's memory, against the same records copied into the scanner's own memory.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { compressFrameSync } from "lz4-napi";
 import { WasmScanner, WasmVerdict } from "../../src/route/scan-wasm.ts";
-import { lz4Bound, Lz4Frames } from "../../src/transport/lz4-frame.ts";
+import { Lz4Frames } from "../../src/transport/lz4-frame.ts";
+import { lz4Decoded } from "../../../e2e/support/batches.ts";
 
 function lines(n: number, pad = 40): string[] {
   return Array.from({ length: n }, (_, i) =>
     JSON.stringify({ _org_id: `org-${i % 7}`, msg: "m".repeat((i * 37) % pad), tag: `t\\${i}`, n: i }),
   );
-}
-
-/** The records decoded by `decoder` from one lz4 frame, each a view of the decoder's memory. */
-function decoded(decoder: Lz4Frames, records: string[]): Buffer[] {
-  const frame = compressFrameSync(Buffer.from(records.join("")));
-  decoder.begin(lz4Bound(frame));
-  const out = decoder.decode(frame);
-  let at = 0;
-  return records.map((r) => out.subarray(at, (at += Buffer.byteLength(r))));
 }
 
 function scanner(key: string): WasmScanner {
@@ -35,7 +26,7 @@ function found(s: WasmScanner, buf: Buffer, start: number, end: number): string 
 
 test("a record an lz4 decoder left is scanned where it lies, any other from a copy, with the same spans", () => {
   const records = lines(500);
-  const views = decoded(new Lz4Frames(), records);
+  const views = lz4Decoded(records);
   const s = scanner("_org_id");
   views.forEach((view, i) => {
     const expected = JSON.stringify(JSON.parse(records[i] as string)._org_id);
@@ -50,7 +41,7 @@ test("a record an lz4 decoder left is scanned where it lies, any other from a co
     assert.equal(s.inPlace, false);
   });
   // A record refused as JSON is refused in place too.
-  const [broken] = decoded(new Lz4Frames(), ['{"_org_id":"x",}']);
+  const [broken] = lz4Decoded(['{"_org_id":"x",}']);
   assert.ok(broken !== undefined);
   assert.equal(s.scan(broken, 0, broken.length, 64), WasmVerdict.Invalid);
   assert.ok(s.inPlace);
@@ -58,7 +49,7 @@ test("a record an lz4 decoder left is scanned where it lies, any other from a co
 
 test("scanners of different keys take turns over one decoder's memory, each with its own keys", () => {
   const records = lines(200);
-  const views = decoded(new Lz4Frames(), records);
+  const views = lz4Decoded(records);
   const org = scanner("_org_id");
   const tag = scanner("tag");
   views.forEach((view, i) => {
@@ -76,18 +67,18 @@ test("a decoder's memory grown by a later run, and a fresh decoder, are read in 
   const decoder = new Lz4Frames();
   const s = scanner("_org_id");
   const small = lines(10);
-  for (const [i, view] of decoded(decoder, small).entries()) {
+  for (const [i, view] of lz4Decoded(small, decoder).entries()) {
     assert.equal(found(s, view, 0, view.length), `"org-${i % 7}"`);
   }
   // Past the decoder's first memory (1 MiB): growing it replaces its buffer, and the views of the last run with it.
   const big = lines(6000, 400);
-  const views = decoded(decoder, big);
+  const views = lz4Decoded(big, decoder);
   assert.ok(views.at(-1)!.buffer.byteLength > 1 << 20);
   views.forEach((view, i) => {
     assert.equal(found(s, view, 0, view.length), `"org-${i % 7}"`);
     assert.ok(s.inPlace);
   });
-  for (const [i, view] of decoded(new Lz4Frames(), small).entries()) {
+  for (const [i, view] of lz4Decoded(small).entries()) {
     assert.equal(found(s, view, 0, view.length), `"org-${i % 7}"`);
     assert.ok(s.inPlace);
   }
