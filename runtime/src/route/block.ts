@@ -305,7 +305,11 @@ function encodeReply(
   const view = new DataView(out.buffer, out.byteOffset, out.length);
   // Records an lz4 decoder left are put by reply.wat, a table of them at a time; others are copied here.
   const putters = new Map<WasmMemory, ReplyPutter>();
-  const puts = sources.map((source) => putterFor(source.buffer, reply, putters));
+  // Pushed, not mapped: an Array#map inlined by TurboFan makes a holey array where the interpreter's is packed, and
+  // the load of puts[s] below, seeing both, deoptimized and recompiled this function four times a lane (about 90 ms
+  // of compiling each).
+  const puts: (ReplyPutter | undefined)[] = [];
+  for (const source of sources) puts.push(putterFor(source.buffer, reply, putters));
   const cursors: Cursor[] = new Array<Cursor>(groups.length);
   view.setUint32(0, chunks.length, true);
   let p = 8;
