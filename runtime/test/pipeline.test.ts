@@ -19,7 +19,7 @@ import type { InboundBatch, Transport, TransportSink } from "../src/transport/ty
 const TOPIC = "events";
 const PARTITIONS = 2;
 const BATCHES = 6;
-/** Records per batch: with kafka.batch_size 100, 25 chunks, so a batch is buffered over several turns (800 each). */
+/** Records per batch: with kafka.batch_size 100, 13 chunks (200 records each), buffered over two turns (1600 each). */
 const PER_BATCH = 2500;
 
 /** Hands each partition's batches one after another, the next as soon as onBatch resolves for the one before. */

@@ -23,7 +23,7 @@ import type { SharedWasmMemory, WasmMemory } from "../wasm.ts";
 import { putterFor, type ReplyPutter } from "./reply-wasm.ts";
 import { createRouter, TOO_DEEP, type Router, type RouterOptions } from "./router.ts";
 
-/** How the lane routes: the router's options, and records per chunk (kafka.batch_size). */
+/** How the lane routes: the router's options, and records per chunk (a few batches', see pipeline.ts). */
 export interface RouteSpec {
   readonly mode: RouterOptions["mode"];
   readonly fields: readonly string[];

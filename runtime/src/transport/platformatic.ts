@@ -46,9 +46,11 @@ const MIN_FETCH_BYTES = 16 << 10;
  * A fetch asks for about this many batches' records in all, shared by its partitions (see #partitionBytes). A fetch
  * is buffered a turn at a time, and each hot buffer the LRU evicts carries the turn's records for it: on the bench's
  * 1000 destinations, 12 rather than 6 took 19.9k flushes rather than 37.8k, 0.9 CPU s fewer and 8% less time, for
- * 150 MB more peak RSS. Under a memory limit the fetch's byte caps (transport/open.ts fetchBytes) bound it first.
+ * 150 MB more peak RSS; 24 rather than 12 (with the pipeline's turns and chunks twice as large) 10.9k rather than
+ * 18.8k, 0.25 CPU s fewer and 5% less time, for 170 MB more. Under a memory limit the fetch's byte caps
+ * (transport/open.ts fetchBytes) bound it first.
  */
-const FETCH_BATCHES = 12;
+const FETCH_BATCHES = 24;
 
 const SASL_MECHANISMS = {
   plain: "PLAIN",
