@@ -176,6 +176,8 @@ const routers = new Map<string, { router: Router; spec: RouteSpec }>();
 const visited = new Visited();
 /** A block's lz4 batches, decoded in its memory and read there until the reply is encoded. */
 let lz4: Lz4Frames | undefined;
+/** Each chunk's own stamp for the routers' key marks (Router.last): never one a mark already holds. */
+let chunkStamps = 0;
 
 /**
  * Shared memory for a reply of `size` bytes: at least that many, all of it the reply's. A WebAssembly memory lets
@@ -217,6 +219,7 @@ export function routeBlock(block: Uint8Array, memory: ReplyMemory = plainMemory)
   const chunks: Chunk[] = [];
   let chunk: Chunk | undefined;
   let inChunk = new Map<string | typeof TOO_DEEP, number>();
+  let stamp = 0;
   visited.count = 0;
   const visit = (records: Buffer, start: number, end: number, offset: number): void => {
     if (sources[sources.length - 1] !== records) sources.push(records);
@@ -224,13 +227,24 @@ export function routeBlock(block: Uint8Array, memory: ReplyMemory = plainMemory)
       chunk = { records: 0, lastOffset: offset, groups: [] };
       chunks.push(chunk);
       inChunk = new Map();
+      stamp = ++chunkStamps;
     }
     const key = router.route(topic, records, start, end);
-    let g = inChunk.get(key);
-    if (g === undefined) {
-      g = groups.push({ key, records: 0, bytes: 0 }) - 1;
-      inChunk.set(key, g);
-      chunk.groups.push(g);
+    // The key's group in this chunk: kept on its mark once found, so the map is read once a key and chunk.
+    const mark = router.last;
+    let g: number | undefined;
+    if (mark !== undefined && mark.stamp === stamp) g = mark.value;
+    else {
+      g = inChunk.get(key);
+      if (g === undefined) {
+        g = groups.push({ key, records: 0, bytes: 0 }) - 1;
+        inChunk.set(key, g);
+        chunk.groups.push(g);
+      }
+      if (mark !== undefined) {
+        mark.stamp = stamp;
+        mark.value = g;
+      }
     }
     const group = groups[g] as Group;
     group.records++;

@@ -26,6 +26,15 @@ export interface RoutingStats {
   tooDeep: number;
 }
 
+/**
+ * A number the caller keeps with a key (a group's index), under a stamp of its own: what it kept is its own while
+ * `stamp` is still the stamp it wrote. Two marks may stand for one key string.
+ */
+export interface KeyMark {
+  stamp: number;
+  value: number;
+}
+
 export interface Router {
   /**
    * The destination key of the record in value[start, end) (all of it by default), with no leading or trailing
@@ -33,6 +42,11 @@ export interface Router {
    * get the same string, not an equal one.
    */
   route(topic: string | undefined, value: Uint8Array, start?: number, end?: number): string | typeof TOO_DEEP;
+  /**
+   * The mark of the key the last route() returned, when it was a key made before from the same text: a caller
+   * finds what it keeps per key there rather than in a map by the key (a map lookup a record, on the lanes).
+   */
+  readonly last: KeyMark | undefined;
   /** The counts since the last drain, which resets them. */
   drainStats(): RoutingStats;
 }
@@ -51,20 +65,23 @@ function isBlank(value: string): boolean {
 }
 
 /** A key made before, by the text of the fields it was made from. */
-interface KnownKey {
+interface KnownKey extends KeyMark {
   readonly topic: string | undefined;
+  readonly hash: number;
   /** The fields' text, each followed by FIELD_END; an absent field is ABSENT alone. */
   readonly text: Uint8Array;
   readonly key: string;
   /** Bit i set: field i took the default segment. */
   readonly fallbacks: number;
-  next: KnownKey | undefined;
+  readonly next: KnownKey | undefined;
 }
 
 // Neither byte can be in a field's text: JSON forbids raw control characters in strings, numbers and literals.
 const ABSENT = 0x00;
 const FIELD_END = 0x01;
 const KNOWN_KEYS = 16_384;
+/** Slots of the table of known keys, by hash: twice the keys it holds, so chains stay short. */
+const KNOWN_SLOTS = 2 * KNOWN_KEYS;
 /** Fields past this many are not remembered by text (the fallback mask is an int). */
 const KNOWN_FIELDS = 30;
 
@@ -74,12 +91,14 @@ const KNOWN_FIELDS = 30;
  * than the parse of the rest of the record; and the same string each time is what the caller's map hashes once.
  */
 class KnownKeys {
-  #byHash = new Map<number, KnownKey>();
+  /** Chains by the hash's low bits: an array read, where a Map by the hash was a lookup a record. */
+  #slots = new Array<KnownKey | undefined>(KNOWN_SLOTS).fill(undefined);
+  #count = 0;
 
   /** The key of these fields' text, or undefined the first time. */
   find(topic: string | undefined, buf: Uint8Array, x: Extractor, hash: number): KnownKey | undefined {
-    for (let k = this.#byHash.get(hash); k !== undefined; k = k.next) {
-      if (k.topic === topic && sameText(k.text, buf, x)) return k;
+    for (let k = this.#slots[hash & (KNOWN_SLOTS - 1)]; k !== undefined; k = k.next) {
+      if (k.hash === hash && k.topic === topic && sameText(k.text, buf, x)) return k;
     }
     return undefined;
   }
@@ -91,9 +110,12 @@ class KnownKeys {
     hash: number,
     key: string,
     fallbacks: number,
-  ): void {
+  ): KnownKey {
     // A full table starts again: on more destinations than it holds, the keys still in use come back on their own.
-    if (this.#byHash.size >= KNOWN_KEYS) this.#byHash = new Map();
+    if (this.#count >= KNOWN_KEYS) {
+      this.#slots.fill(undefined);
+      this.#count = 0;
+    }
     let size = 0;
     for (let i = 0; i < x.kinds.length; i++) {
       size += x.kinds[i] === FieldKind.Scalar ? (x.ends[i] ?? 0) - (x.starts[i] ?? 0) + 1 : 1;
@@ -111,7 +133,11 @@ class KnownKeys {
       at += end - start;
       text[at++] = FIELD_END;
     }
-    this.#byHash.set(hash, { topic, text, key, fallbacks, next: this.#byHash.get(hash) });
+    const slot = hash & (KNOWN_SLOTS - 1);
+    const known: KnownKey = { stamp: -1, value: 0, topic, hash, text, key, fallbacks, next: this.#slots[slot] };
+    this.#slots[slot] = known;
+    this.#count++;
+    return known;
   }
 }
 
@@ -174,6 +200,7 @@ class RecordRouter implements Router {
   private readonly extractor: Extractor;
   private readonly cache = new SegmentCache();
   private readonly known = new KnownKeys();
+  last: KnownKey | undefined = undefined;
   private lastTopic: string | undefined = undefined;
   private lastTopicSeg = "";
   private readonly fallbacks: Float64Array;
@@ -193,6 +220,7 @@ class RecordRouter implements Router {
   }
 
   route(topic: string | undefined, value: Uint8Array, start = 0, end = value.length): string | typeof TOO_DEEP {
+    this.last = undefined;
     const head = topic === undefined ? undefined : this.topicSegment(topic);
     if (!this.expression) return head ?? this.defaultSeg;
     const x = this.extractor;
@@ -214,6 +242,7 @@ class RecordRouter implements Router {
       for (let m = known.fallbacks, i = 0; m !== 0; m >>>= 1, i++) {
         if ((m & 1) === 1) this.fallbacks[i] = (this.fallbacks[i] ?? 0) + 1;
       }
+      this.last = known;
       return known.key;
     }
     let key = head;
@@ -231,7 +260,7 @@ class RecordRouter implements Router {
       key = key === undefined ? seg : key + "/" + seg;
     }
     // Fields are never empty in expression mode, so the key is set.
-    if (remembered) this.known.remember(topic, value, x, hash, key as string, fallbacks);
+    if (remembered) this.last = this.known.remember(topic, value, x, hash, key as string, fallbacks);
     return key as string;
   }
 

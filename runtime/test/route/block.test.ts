@@ -36,14 +36,17 @@ const values = [
   '{"_org_id":{"o":1},"event_type":"x"}',
 ];
 
-test("a routed block groups each chunk by destination, in record order, as the router routes each record", () => {
-  const routed = readRouted(Buffer.from(routeBlock(encodeRouteBlock(spec, batch(values)))));
-  const router = createRouter({ ...spec, fields: [...spec.fields] });
-  // The same records routed one by one, cut into chunks of spec.chunk.
+/**
+ * The block routed, beside the same records routed one by one and grouped by key, cut into chunks of spec.chunk:
+ * each chunk's groups (key, lines, offsets), from the reply and from the router. Also the reply and the router.
+ */
+function routedBeside(s: RouteSpec, records: (string | null)[]) {
+  const routed = readRouted(Buffer.from(routeBlock(encodeRouteBlock(s, batch(records)))));
+  const router = createRouter({ ...s, fields: [...s.fields] });
   const expected = [];
-  for (let from = 0; from < values.length; from += spec.chunk) {
+  for (let from = 0; from < records.length; from += s.chunk) {
     const groups = new Map<string | typeof TOO_DEEP, { lines: string[]; offsets: number[] }>();
-    values.slice(from, from + spec.chunk).forEach((v, k) => {
+    records.slice(from, from + s.chunk).forEach((v, k) => {
       const key = router.route("events", Buffer.from(v ?? ""));
       const g = groups.get(key) ?? { lines: [], offsets: [] };
       g.lines.push(v ?? "");
@@ -59,6 +62,11 @@ test("a routed block groups each chunk by destination, in record order, as the r
       offsets: [...viewsOf(g).offsets],
     })),
   );
+  return { routed, router, got, expected };
+}
+
+test("a routed block groups each chunk by destination, in record order, as the router routes each record", () => {
+  const { routed, router, got, expected } = routedBeside(spec, values);
   assert.deepEqual(got, expected);
   assert.deepEqual(
     routed.chunks.map((c) => [c.records, c.lastOffset]),
@@ -78,6 +86,30 @@ test("a routed block groups each chunk by destination, in record order, as the r
   assert.equal(routed.tooDeep, 1);
   assert.deepEqual(routed.fallbacks, [stats.fallbacks.get("_org_id") ?? 0, stats.fallbacks.get("event_type") ?? 0]);
   assert.ok(routed.errors >= 2 && (routed.fallbacks[1] ?? 0) >= 1, "the invalid, null and blank cases were met");
+});
+
+test("records whose fields read differently but route to one key share its group, in each chunk alone", () => {
+  // Absent, blank and the default itself all route to events/c/unknown; the chunks (3 records each) cut the runs.
+  const c = ['{"_org_id":"c"}', '{"_org_id":"c","event_type":"unknown"}', '{"_org_id":"c","event_type":" "}'];
+  const d = '{"_org_id":"d","event_type":"y"}';
+  const records = [c[0]!, c[1]!, d, c[2]!, c[0]!, d, c[1]!, c[1]!, c[0]!, d];
+  const { routed, got, expected } = routedBeside({ ...spec, chunk: 3 }, records);
+  assert.deepEqual(got, expected);
+  assert.deepEqual(
+    routed.chunks.map((ch) => ch.groups.map((g) => [g.key, g.count])),
+    [
+      [
+        ["events/c/unknown", 2],
+        ["events/d/y", 1],
+      ],
+      [
+        ["events/c/unknown", 2],
+        ["events/d/y", 1],
+      ],
+      [["events/c/unknown", 3]],
+      [["events/d/y", 1]],
+    ],
+  );
 });
 
 test("topic mode and a push with no topic route by the default segment, nothing parsed", () => {

@@ -121,6 +121,35 @@ test("a key met before is the same string, and its fallbacks are counted again o
   assert.deepEqual(r.drainStats(), { fallbacks: new Map([["event_type", 4]]), errors: 0, tooDeep: 0 });
 });
 
+test("a key's mark is the same for the same text, its own for other text, and none when nothing was matched", () => {
+  const r = expression(["_org_id", "event_type"]);
+  r.route("events", rec({ _org_id: "acme", event_type: "x" }));
+  const mark = r.last;
+  assert.ok(mark !== undefined);
+  mark.stamp = 7;
+  mark.value = 42;
+  r.route("events", rec({ n: 2, _org_id: "acme", event_type: "x" }));
+  assert.equal(r.last, mark);
+  assert.deepEqual({ ...r.last }, { ...mark, stamp: 7, value: 42 });
+  // Other fields around the same text: the same mark. The same key from other text: a mark of its own, unstamped.
+  assert.equal(r.route("events", rec({ _org_id: "acme", event_type: "x", z: 1 })), "events/acme/x");
+  assert.equal(r.last, mark);
+  assert.equal(r.route("events", Buffer.from('{"_org_id":"\\u0061cme","event_type":"x"}')), "events/acme/x");
+  assert.notEqual(r.last, mark);
+  assert.equal(r.last?.stamp, -1);
+  for (const v of ["not json", '{"_org_id":{"a":1}}']) {
+    r.route("events", Buffer.from(v));
+    assert.equal(r.last, undefined, v);
+  }
+  r.route("events", rec({ _org_id: "acme", event_type: "x" }));
+  assert.equal(r.last, mark);
+  assert.equal(r.route("events", nested(65)), TOO_DEEP);
+  assert.equal(r.last, undefined);
+  const topics = createRouter({ mode: "topic", fields: [], defaultSegment: "default" });
+  topics.route("events", rec({ _org_id: "acme" }));
+  assert.equal(topics.last, undefined);
+});
+
 test("records within a larger buffer route as they would alone, past the table's size too", () => {
   const r = expression(["_org_id", "n"]);
   const alone = expression(["_org_id", "n"]);
