@@ -104,6 +104,8 @@ export class Pipeline implements TransportSink {
   #stalled = 0;
   #drainStartedAt: number | undefined;
   readonly #inflightCap: number;
+  /** Records a turn buffers together, at most (one chunk more when a single chunk is larger). */
+  readonly #turnRecords: number;
   readonly #waiters: (() => void)[] = [];
   readonly #pendingChunks: PendingChunks[] = [];
   #timer: NodeJS.Timeout | undefined;
@@ -152,6 +154,7 @@ export class Pipeline implements TransportSink {
     const memory = deps.memory;
     const capBytes = Math.floor(memory.bytes / 4);
     this.#inflightCap = Math.max(capBytes / 2, cfg.buffer.flush_bytes * 2);
+    this.#turnRecords = cfg.kafka.batch_size * TURN_BATCHES;
     this.#buffers = new HotBufferPool({
       flushBytes: cfg.buffer.flush_bytes,
       flushRecords: cfg.buffer.flush_records,
@@ -328,7 +331,7 @@ export class Pipeline implements TransportSink {
     queued: () => void,
   ): Promise<void> {
     let last = -1;
-    const turnRecords = this.#cfg.kafka.batch_size * TURN_BATCHES;
+    const turnRecords = this.#turnRecords;
     for (let i = 0; i < routed.chunks.length;) {
       // As many chunks as a turn takes are buffered together, with back-pressure between turns.
       const chunks: RoutedChunk[] = [];
@@ -387,7 +390,7 @@ export class Pipeline implements TransportSink {
 
   #endTurnSoon(): void {
     if (this.#turnScheduled || this.#buffering || this.#pendingChunks.length === 0) return;
-    if (this.#pendingRecords < this.#cfg.kafka.batch_size * TURN_BATCHES) {
+    if (this.#pendingRecords < this.#turnRecords) {
       // Batches that were routing when the turn's first chunks came (one fetch's partitions) join the turn; those
       // handed since, the next fetch's, do not hold it, or the event loop would wait on the lanes for each fetch.
       for (const seq of this.#routing) if (seq <= this.#turnSince) return;

@@ -321,7 +321,7 @@ function encodeReply(
   const putters = new Map<WasmMemory, ReplyPutter>();
   // Pushed, not mapped: an Array#map inlined by TurboFan makes a holey array where the interpreter's is packed, and
   // the load of puts[s] below, seeing both, deoptimized and recompiled this function four times a lane (about 90 ms
-  // of compiling each).
+  // of recompiling a lane).
   const puts: (ReplyPutter | undefined)[] = [];
   for (const source of sources) puts.push(putterFor(source.buffer, reply, putters));
   const cursors: Cursor[] = new Array<Cursor>(groups.length);
