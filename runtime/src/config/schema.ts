@@ -42,11 +42,15 @@ const bytes = () => z.number().int().min(0);
 const ratio = () => z.number().gt(0).max(1);
 
 const HOST_PORT = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$/;
-const hostPort = () =>
-  z.string().refine((v) => {
-    const m = HOST_PORT.exec(v);
-    return m !== null && Number(m[1]) >= 1 && Number(m[1]) <= 65535;
-  }, "must be host:port with a port from 1 to 65535, e.g. 0.0.0.0:9090 or [::]:9090");
+/** host:port; `lowest` 0 lets an address to listen on ask for any free port. */
+const hostPort = (lowest: 0 | 1 = 1) =>
+  z.string().refine(
+    (v) => {
+      const m = HOST_PORT.exec(v);
+      return m !== null && Number(m[1]) >= lowest && Number(m[1]) <= 65535;
+    },
+    `must be host:port with a port from 1 to 65535${lowest === 0 ? " (or 0 for any free port)" : ""}, e.g. 0.0.0.0:9090 or [::]:9090`,
+  );
 
 const TOPIC_NAME = /^[A-Za-z0-9._-]{1,249}$/;
 const topicName = () => z.string().regex(TOPIC_NAME, "must be a Kafka topic name: 1-249 of A-Z a-z 0-9 . _ -");
@@ -567,9 +571,11 @@ const metricsSchema = z
       )
       .optional()
       .describe("Prefix for every metric name (namespace_name); unset leaves the names bare."),
-    addr: hostPort()
+    addr: hostPort(0)
       .default("0.0.0.0:9090")
-      .describe("Address of the /metrics, /livez, /readyz and /scaling/pressure server.")
+      .describe(
+        "Address of the /metrics, /livez, /readyz and /scaling/pressure server; port 0 takes any free port, which the log line `serving /metrics ...` names.",
+      )
       .meta({ env: "METRICS_ADDR", cli: "--metrics-addr" }),
   })
   .prefault({})
