@@ -7,6 +7,7 @@ import { rmSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { build, type BuildOptions, type Plugin } from "esbuild";
+import { gitCommit } from "../runtime/src/version.ts";
 
 const root = resolve(import.meta.dirname, "..");
 const out = resolve(process.argv[2] ?? resolve(root, "dist"));
@@ -69,6 +70,8 @@ const common: BuildOptions = {
     js: 'import { createRequire as __createRequire } from "node:module"; const require = __createRequire(import.meta.url);',
   },
   logLevel: "warning",
+  // The commit --version names (runtime/src/version.ts); empty where the sources are no git checkout (an image's build).
+  define: { DFE_ARCHIVER_COMMIT: JSON.stringify(gitCommit() ?? "") },
 };
 
 rmSync(out, { recursive: true, force: true });

@@ -3,12 +3,18 @@
 // receiving, flush, complete files, commit) and exits 0, or non-zero when offsets were withheld.
 // Only what the heap sizing needs is loaded before it: a process given a memory limit restarts itself there (see
 // regulate/heap.ts), and the rest of the module graph (the bundle's other chunks, built) is loaded once, after it.
+import { parseCliArgs } from "./config/load.ts";
 import { readConfig, watchConfig } from "./config/watch.ts";
+import { ConfigError } from "./errors.ts";
 import type { Metrics } from "./observe/metrics.ts";
 import { sizeHeap } from "./regulate/heap.ts";
 import { resolveMemoryLimit } from "./regulate/memory.ts";
 
-const USAGE = `usage: dfe-archiver run [--config PATH] [--log-level LEVEL] [--log-format json|text] [--metrics-addr HOST:PORT]`;
+const PROGRAM = "dfe-archiver";
+
+const USAGE = `usage: ${PROGRAM} run [FLAGS]   archive until SIGTERM or SIGINT, then drain and exit
+       ${PROGRAM} --help        every flag and environment variable, with its default
+       ${PROGRAM} --version     the version, its git commit and the Node.js running it`;
 
 async function run(argv: string[]): Promise<number> {
   const cwd = process.cwd();
@@ -72,16 +78,52 @@ async function run(argv: string[]): Promise<number> {
   return code;
 }
 
-const [cmd, ...rest] = process.argv.slice(2);
-if (cmd === "run") {
-  run(rest).then(
-    (code) => process.exit(code),
-    (err: unknown) => {
-      process.stderr.write(`dfe-archiver: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-      process.exit(1);
-    },
+/** Refuses a command line with the reason and the usage: exit 2, as for any usage error. */
+function usageError(reason: string): number {
+  process.stderr.write(
+    `${PROGRAM}: ${reason}\n${USAGE}\nRun '${PROGRAM} --help' for every flag and environment variable.\n`,
   );
-} else {
-  process.stderr.write(`${USAGE}\n`);
-  process.exit(cmd === "--help" || cmd === "-h" ? 0 : 2);
+  return 2;
+}
+
+/** The arguments before a `--`, where --help and --version are looked for. */
+const flagsOf = (argv: string[]) => argv.slice(0, argv.includes("--") ? argv.indexOf("--") : undefined);
+
+/** Runs the command line `argv` (without node and the script) and exits with its code. */
+export function main(argv: string[]): void {
+  const exit = (code: number | Promise<number>) =>
+    void Promise.resolve(code).then(
+      (c) => process.exit(c),
+      (err: unknown) => {
+        process.stderr.write(`${PROGRAM}: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+        process.exit(1);
+      },
+    );
+  const [cmd, ...rest] = argv;
+  const asked = flagsOf(argv);
+  // Loaded only when asked: the help's modules and node:child_process (the version's) are nothing a start needs.
+  if (asked.includes("--help") || asked.includes("-h"))
+    return exit(
+      import("./help.ts").then(({ runtimeHelp }) => {
+        process.stdout.write(`${runtimeHelp(USAGE)}\n`);
+        return 0;
+      }),
+    );
+  if (asked.includes("--version"))
+    return exit(
+      import("./version.ts").then(({ versionLine }) => {
+        process.stdout.write(`${versionLine(PROGRAM)}\n`);
+        return 0;
+      }),
+    );
+  if (cmd !== "run") return exit(usageError(cmd === undefined ? "no command given" : `unknown command '${cmd}'`));
+  try {
+    const { positionals } = parseCliArgs(rest);
+    if (positionals.length > 0) return exit(usageError(`run takes no arguments, and was given '${positionals[0]}'`));
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    // Its message starts with the key, "cli: ", which the usage says better.
+    return exit(usageError(err.message.slice(err.key.length + 2)));
+  }
+  exit(run(rest));
 }

@@ -37,13 +37,26 @@ function typeOf(leaf: Leaf, js: JsonField): string {
   return leaf.meta.secret ? `${text}, secret` : text;
 }
 
-function defaultOf(leaf: Leaf, js: JsonField): string {
-  if (js.default !== undefined) return code(typeof js.default === "string" ? js.default : JSON.stringify(js.default));
-  return leaf.meta.derivedDefault ?? "unset";
+/** A key's default: the schema's value (a string as is, else JSON) as `literal`, else the derived one, else unset. */
+export function leafDefault(leaf: Leaf): { text: string; literal: boolean } {
+  const js = z.toJSONSchema(leaf.schema, { io: "input" }) as JsonField;
+  if (js.default !== undefined)
+    return { text: typeof js.default === "string" ? js.default : JSON.stringify(js.default), literal: true };
+  return { text: leaf.meta.derivedDefault ?? "unset", literal: false };
+}
+
+/** The env var a key is read from: its own name, else (unless env-only, as the memory keys are) the nested one. */
+export function leafEnv(leaf: Leaf, envOnly: boolean): string | undefined {
+  return leaf.meta.env ?? (envOnly ? undefined : nestedEnvName(leaf.path));
+}
+
+function defaultOf(leaf: Leaf): string {
+  const d = leafDefault(leaf);
+  return d.literal ? code(d.text) : d.text;
 }
 
 function envOf(leaf: Leaf, envOnly: boolean): string {
-  const names = [leaf.meta.env ?? (envOnly ? undefined : nestedEnvName(leaf.path)), leaf.meta.cli];
+  const names = [leafEnv(leaf, envOnly), leaf.meta.cli];
   return names
     .filter((n) => n !== undefined)
     .map(code)
@@ -52,13 +65,7 @@ function envOf(leaf: Leaf, envOnly: boolean): string {
 
 function row(leaf: Leaf, envOnly: boolean): string {
   const js = z.toJSONSchema(leaf.schema, { io: "input" }) as JsonField;
-  const cells = [
-    code(leaf.key),
-    typeOf(leaf, js),
-    defaultOf(leaf, js),
-    envOf(leaf, envOnly),
-    leaf.meta.description ?? "",
-  ];
+  const cells = [code(leaf.key), typeOf(leaf, js), defaultOf(leaf), envOf(leaf, envOnly), leaf.meta.description ?? ""];
   return `| ${cells.map(cell).join(" | ")} |`;
 }
 

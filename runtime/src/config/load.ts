@@ -19,7 +19,8 @@ export interface CliArgs {
   positionals: string[];
 }
 
-const FLAGS = {
+/** The flags, for the parser and for `dfe-archiver --help` (runtime/src/cli.ts), which describes each. */
+export const CLI_FLAGS = {
   config: { type: "string" },
   "log-level": { type: "string" },
   "log-format": { type: "string" },
@@ -31,7 +32,7 @@ export function parseCliArgs(argv: readonly string[]): CliArgs {
   try {
     const { values, positionals } = parseArgs({
       args: [...argv],
-      options: FLAGS,
+      options: CLI_FLAGS,
       strict: true,
       allowPositionals: true,
     });
@@ -42,10 +43,11 @@ export function parseCliArgs(argv: readonly string[]): CliArgs {
     if (values["metrics-addr"] !== undefined) out.metricsAddr = values["metrics-addr"];
     return out;
   } catch (err) {
-    const known = Object.keys(FLAGS)
+    const known = Object.keys(CLI_FLAGS)
       .map((f) => `--${f}`)
       .join(", ");
-    throw new ConfigError("cli", `${(err as Error).message.split("\n")[0]}; the flags are ${known}`);
+    // Node appends how to pass a positional that starts with "-": not what went wrong here.
+    throw new ConfigError("cli", `${(err as Error).message.split(/\.\s|\n/)[0]}; the flags are ${known}`);
   }
 }
 
