@@ -1,4 +1,4 @@
-// Least privilege, measured: the real operator (operator/src/main.ts's startOperator) runs under a ServiceAccount
+// Least privilege, measured: the real operator (operator/src/operator.ts's startOperator) runs under a ServiceAccount
 // bound only to the chart's rendered ClusterRoles and Role, against the testbed's kube-apiserver, and drives a
 // pipeline through create, spec edits, a pod report to prune, KEDA turned off, deletion and a leader hand-back.
 //

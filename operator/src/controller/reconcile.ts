@@ -212,7 +212,8 @@ function sameStatus(live: ArchivePipelineStatus | undefined, want: ArchivePipeli
   });
 }
 
-function apiMessage(e: ApiException<unknown>): string {
+/** The message of the apiserver's Status in an error answer, else its HTTP status. */
+export function apiMessage(e: ApiException<unknown>): string {
   const body: unknown = typeof e.body === "string" ? safeJson(e.body) : e.body;
   const message = (body as { message?: unknown } | undefined)?.message;
   return typeof message === "string" ? message : `HTTP ${e.code}`;

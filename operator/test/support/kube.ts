@@ -25,7 +25,7 @@ import { parse } from "yaml";
 import { crdObject } from "../../src/api/crd.ts";
 import { FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION } from "../../src/api/group.ts";
 import type { ArchivePipeline, ArchivePipelineSpec, Condition } from "../../src/api/spec.ts";
-import { startOperator, type OperatorOptions, type RunningOperator } from "../../src/main.ts";
+import { startOperator, type OperatorOptions, type RunningOperator } from "../../src/operator.ts";
 import { renderAll } from "../../src/render/index.ts";
 import { waitFor } from "../../../e2e/support/archiver.ts";
 import { kubeConfig, kubeConfigForToken, need } from "../../../e2e/support/testbed.ts";
