@@ -7,11 +7,14 @@
 #   TESTBED_KUBE_SKIP_CONTROLLER_MANAGER=1  do not start kube-controller-manager (TESTBED_KUBE_CONTROLLER_MANAGER=0)
 #   TESTBED_KUBE_CONTROLLERS=a,b,...        override the controller list
 #   TESTBED_KUBE_ETCD_FSYNC=1               let etcd fsync (default off: faster, a testbed loses nothing that matters)
+#   TESTBED_KUBE_ETCD_PORT, TESTBED_KUBE_ETCD_PEER_PORT, TESTBED_KUBE_APISERVER_PORT, TESTBED_KUBE_KCM_PORT
+#                                           other ports, for a second control plane beside this one (with its own
+#                                           DFE_ARCHIVER_CACHE)
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-ETCD_PORT=29379 ETCD_PEER_PORT=29380
-APISERVER_PORT=29643
-KCM_PORT=29657
+ETCD_PORT=${TESTBED_KUBE_ETCD_PORT:-29379} ETCD_PEER_PORT=${TESTBED_KUBE_ETCD_PEER_PORT:-29380}
+APISERVER_PORT=${TESTBED_KUBE_APISERVER_PORT:-29643}
+KCM_PORT=${TESTBED_KUBE_KCM_PORT:-29657}
 SERVER=https://127.0.0.1:$APISERVER_PORT
 ISSUER=https://kubernetes.default.svc.cluster.local
 SERVICE_CIDR=10.96.0.0/16 # only allocated in etcd: nothing routes or listens there
