@@ -1,10 +1,10 @@
-// e2e/testbed/up's lock (issue 34), run on a control plane of the test's own: its own cache (DFE_ARCHIVER_CACHE),
-// ports and env file, so that the shared testbed is never stopped or touched.
+// e2e/testbed/up's lock and its check of the apiserver's key pairs (issue 34), run on a control plane of the test's
+// own: its own cache (DFE_ARCHIVER_CACHE), ports and env file, so that the shared testbed is never stopped or touched.
 // It reuses the shared cache's k8s-testbed binary and KEDA CRDs through symlinks rather than build them again.
 import assert from "node:assert/strict";
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { X509Certificate, createPrivateKey } from "node:crypto";
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync } from "node:fs";
+import { X509Certificate, createPrivateKey, generateKeyPairSync } from "node:crypto";
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { after, before, describe, it, type TestContext } from "node:test";
@@ -108,6 +108,23 @@ describe("e2e/testbed/up", { timeout: 300_000 }, () => {
       readFileSync(join(root, "testbed.env"), "utf8"),
       new RegExp(`TESTBED_KUBE_SERVER=.*:${apiserverPort}`),
     );
+    await assertApiserverAnswers();
+  });
+
+  it("a key planted beside a certificate it does not match is remade, and the apiserver restarted with it", async (t) => {
+    const [before] = processesWith("--secure-port", String(apiserverPort));
+    assert.ok(before !== undefined, "the apiserver of the first test runs");
+    const stranger = generateKeyPairSync("ec", { namedCurve: "prime256v1" }).privateKey;
+    writeFileSync(join(pki(), "serving.key"), stranger.export({ type: "pkcs8", format: "pem" }), { mode: 0o600 });
+    assert.throws(() => assertPairOk("serving"), /serving.key matches/);
+
+    const again = up(t);
+    assert.equal(await again.exited, 0, again.output());
+    assert.match(again.output(), /kube: made the serving certificate and key/);
+    assertPairOk("serving");
+    const now = processesWith("--secure-port", String(apiserverPort));
+    assert.equal(now.length, 1, "one kube-apiserver");
+    assert.notEqual(now[0], before, "the apiserver was started again on the new pair");
     await assertApiserverAnswers();
   });
 });
