@@ -12,6 +12,29 @@ mkdir -p "$TB_CACHE" "$TB_RUN" "$TB_LOGS"
 
 tb_log() { printf '[testbed %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# tb_lock: one up (or down) per cache at a time; a second waits, then finds what the first started. Two at once
+# generated the apiserver's PKI over each other. The lock belongs to fd 8, which the service scripts inherit (so it
+# holds until the last of them ends) and tb_start closes (the servers outlive up). The file names its last holder.
+tb_lock() {
+  local lock=$TB_CACHE/up.lock
+  exec 8>>"$lock"
+  if ! flock -n 8; then
+    tb_log "waiting for the testbed up/down already running on $TB_CACHE (pid $(cat "$lock" 2>/dev/null))"
+    flock 8
+  fi
+  echo $$ >"$lock"
+}
+
+# tb_write FILE [MODE]: stdin into FILE through a temp file beside it and a rename, so that a reader, or an up that is
+# killed half-way, never sees part of it. MODE defaults to 600 (keys, tokens).
+tb_write() {
+  local tmp
+  tmp=$(mktemp "$1.XXXXXX") || return 1
+  if cat >"$tmp" && chmod "${2:-600}" "$tmp" && mv -f "$tmp" "$1"; then return 0; fi
+  rm -f "$tmp"
+  return 1
+}
+
 # tb_alive PID: true while PID runs. A zombie counts as dead: once up.sh has exited, the server's parent is PID 1,
 # which may take a while to reap it.
 tb_alive() {
@@ -32,7 +55,7 @@ tb_start() {
   local svc=$1; shift
   mkdir -p "$TB_RUN/$svc"
   tb_log "$svc: starting (log: $TB_LOGS/$svc.log)"
-  setsid "$@" >>"$TB_LOGS/$svc.log" 2>&1 < /dev/null &
+  setsid "$@" >>"$TB_LOGS/$svc.log" 2>&1 < /dev/null 8>&- &
   echo $! >"$TB_RUN/$svc/pid"
 }
 

@@ -7,11 +7,14 @@
 #   TESTBED_KUBE_SKIP_CONTROLLER_MANAGER=1  do not start kube-controller-manager (TESTBED_KUBE_CONTROLLER_MANAGER=0)
 #   TESTBED_KUBE_CONTROLLERS=a,b,...        override the controller list
 #   TESTBED_KUBE_ETCD_FSYNC=1               let etcd fsync (default off: faster, a testbed loses nothing that matters)
+#   TESTBED_KUBE_ETCD_PORT, TESTBED_KUBE_ETCD_PEER_PORT, TESTBED_KUBE_APISERVER_PORT, TESTBED_KUBE_KCM_PORT
+#                                           other ports, for a second control plane beside this one (with its own
+#                                           DFE_ARCHIVER_CACHE)
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-ETCD_PORT=29379 ETCD_PEER_PORT=29380
-APISERVER_PORT=29643
-KCM_PORT=29657
+ETCD_PORT=${TESTBED_KUBE_ETCD_PORT:-29379} ETCD_PEER_PORT=${TESTBED_KUBE_ETCD_PEER_PORT:-29380}
+APISERVER_PORT=${TESTBED_KUBE_APISERVER_PORT:-29643}
+KCM_PORT=${TESTBED_KUBE_KCM_PORT:-29657}
 SERVER=https://127.0.0.1:$APISERVER_PORT
 ISSUER=https://kubernetes.default.svc.cluster.local
 SERVICE_CIDR=10.96.0.0/16 # only allocated in etcd: nothing routes or listens there
@@ -71,56 +74,88 @@ current-context: testbed
 EOF
 }
 
-# One-time material, each piece made when missing: CA, serving and front-proxy certs, service-account key pair,
-# tokens, kubeconfigs. A new CA means everything signed by the old one is made again.
+# One-time material, each piece checked at every start and made again when missing or broken: CA, serving and
+# front-proxy certs, service-account key pair, tokens, kubeconfigs. A new CA means everything signed by the old one is
+# made again. Each file is written whole (temp file, then rename); a pair cut in half by a crash, or by two starts at
+# once before up took a lock, is a key that does not match its certificate: both are remade. Sets $remade when any
+# piece the servers load was made again. The checks take 0.25 s (nine openssl runs), so they run only when a file
+# differs from what the last check passed (the hashes in $CHECKED, with the server address the kubeconfigs name).
+remade=0
+CHECKED=$STATE/checked.sha256
+MATERIAL=("$PKI"/{ca,serving,front-proxy-client}.{crt,key} "$PKI"/sa.{key,pub}
+  "$STATE"/{admin.token,tokens.csv,admin.kubeconfig,kube-controller-manager.kubeconfig})
+checked() { { echo "$SERVER"; sha256sum "${MATERIAL[@]}" 2>/dev/null; } || true; }
+
+# pair_ok PATH [CA]: PATH.key is the key of PATH.crt and, with CA given, CA signed PATH.crt and it has not expired.
+pair_ok() {
+  local cert_pub key_pub
+  [[ -s $1.crt && -s $1.key ]] || return 1
+  cert_pub=$(openssl x509 -noout -pubkey -in "$1.crt" 2>/dev/null) || return 1
+  key_pub=$(openssl pkey -pubout -in "$1.key" 2>/dev/null) || return 1
+  [[ $cert_pub == "$key_pub" ]] || return 1
+  [[ -z ${2:-} ]] || openssl verify -CAfile "$2" "$1.crt" >/dev/null 2>&1
+}
+
+# made PATH WHAT: renames each PATH.*.tmp written over its final name, and says so.
+made() {
+  local f
+  for f in "$1".*.tmp; do mv -f "$f" "${f%.tmp}"; done
+  tb_log "kube: made $2 in $PKI"
+  remade=1
+}
+
 issue_cert() { # issue_cert NAME CN EXTENSIONS...
-  local name=$1 cn=$2; shift 2
-  [[ -s $name.crt && -s $name.key ]] && return 0
+  local name=$PKI/$1 cn=$2; shift 2
+  pair_ok "$name" "$PKI/ca.crt" && return 0
   openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$cn" \
-    -keyout "$name.key" -out "$name.csr" 2>/dev/null
+    -keyout "$name.key.tmp" -out "$name.csr" 2>/dev/null
   printf '%s\n' "basicConstraints=CA:FALSE" "$@" >"$name.ext"
-  openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-    -extfile "$name.ext" -out "$name.crt" 2>/dev/null
+  openssl x509 -req -in "$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial -days 3650 \
+    -extfile "$name.ext" -out "$name.crt.tmp" 2>/dev/null
   rm -f "$name.csr" "$name.ext"
-  chmod 644 "$name.crt"
+  chmod 644 "$name.crt.tmp"
+  made "$name" "the ${name##*/} certificate and key"
 }
 
 generate() {
+  local mask admin kcm
+  [[ -s $CHECKED && $(checked) == "$(<"$CHECKED")" ]] && return 0
   mkdir -p "$PKI"
-  (
-    cd "$PKI"
-    umask 077
-    if [[ ! -s ca.crt || ! -s ca.key ]]; then
-      tb_log "kube: generating CA, certificates and keys in $PKI"
-      rm -f ./*.crt ./*.key ./*.srl
-      openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
-        -subj "/CN=dfe-archiver-testbed-ca" -keyout ca.key -out ca.crt \
-        -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
-      chmod 644 ca.crt
-    fi
-    issue_cert serving kube-apiserver "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" \
-      "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
-    issue_cert front-proxy-client front-proxy-client "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=clientAuth"
-    if [[ ! -s sa.key || ! -s sa.pub ]]; then
-      openssl genrsa -out sa.key 2048 2>/dev/null
-      openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-      chmod 644 sa.pub
-    fi
-  )
-  if [[ ! -s $STATE/tokens.csv || ! -s $STATE/admin.token ]]; then
-    local admin kcm
-    admin=$(openssl rand -hex 24) kcm=$(openssl rand -hex 24)
-    (umask 077; printf '%s\n' "$admin" >"$STATE/admin.token")
-    # token,user,uid,"group1,group2"
-    (umask 077; printf '%s,testbed-admin,testbed-admin,"system:masters"\n%s,system:kube-controller-manager,system:kube-controller-manager\n' \
-      "$admin" "$kcm" >"$STATE/tokens.csv")
+  mask=$(umask)
+  umask 077
+  if ! pair_ok "$PKI/ca"; then
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+      -subj "/CN=dfe-archiver-testbed-ca" -keyout "$PKI/ca.key.tmp" -out "$PKI/ca.crt.tmp" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+    chmod 644 "$PKI/ca.crt.tmp"
+    made "$PKI/ca" "a new CA"
   fi
-  # Rewritten every time (cheap): they follow the current CA and tokens.
-  local admin kcm
-  admin=$(cat "$STATE/admin.token")
+  issue_cert serving kube-apiserver "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" \
+    "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  issue_cert front-proxy-client front-proxy-client "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=clientAuth"
+  if [[ ! -s $PKI/sa.pub ]] || [[ $(openssl pkey -pubout -in "$PKI/sa.key" 2>/dev/null) != "$(cat "$PKI/sa.pub")" ]]; then
+    openssl genrsa -out "$PKI/sa.key.tmp" 2048 2>/dev/null
+    openssl rsa -in "$PKI/sa.key.tmp" -pubout -out "$PKI/sa.pub.tmp" 2>/dev/null
+    chmod 644 "$PKI/sa.pub.tmp"
+    made "$PKI/sa" "the service-account key pair"
+  fi
+  # token,user,uid,"group1,group2"
+  admin=$(cat "$STATE/admin.token" 2>/dev/null) || admin=
+  if [[ -z $admin ]] ||
+     ! grep -qxF "$admin,testbed-admin,testbed-admin,\"system:masters\"" "$STATE/tokens.csv" 2>/dev/null; then
+    admin=$(openssl rand -hex 24) kcm=$(openssl rand -hex 24)
+    printf '%s,testbed-admin,testbed-admin,"system:masters"\n%s,system:kube-controller-manager,system:kube-controller-manager\n' \
+      "$admin" "$kcm" | tb_write "$STATE/tokens.csv"
+    printf '%s\n' "$admin" | tb_write "$STATE/admin.token"
+    tb_log "kube: made new tokens in $STATE"
+    remade=1
+  fi
+  # Written on every check: they follow the current CA, tokens and port.
   kcm=$(awk -F, '$2 == "system:kube-controller-manager" { print $1 }' "$STATE/tokens.csv")
-  (umask 077; kubeconfig testbed-admin "$admin" >"$STATE/admin.kubeconfig")
-  (umask 077; kubeconfig system:kube-controller-manager "$kcm" >"$STATE/kube-controller-manager.kubeconfig")
+  kubeconfig testbed-admin "$admin" | tb_write "$STATE/admin.kubeconfig"
+  kubeconfig system:kube-controller-manager "$kcm" | tb_write "$STATE/kube-controller-manager.kubeconfig"
+  checked | tb_write "$CHECKED"
+  umask "$mask"
 }
 
 start_etcd() {
@@ -175,17 +210,21 @@ start_controller_manager() {
 
 KEDA_CRDS=$(bash "$TB_DIR/keda/crds.sh")
 
+start=$SECONDS
+generate
+if ((remade)); then
+  # The servers hold what they loaded at start: they take the new material only when started again.
+  tb_stop kube-controller-manager
+  tb_stop kube-apiserver
+fi
 if tb_running kube-etcd && tb_running kube-apiserver &&
-   { [[ ${TESTBED_KUBE_SKIP_CONTROLLER_MANAGER:-0} == 1 ]] || tb_running kube-controller-manager; } &&
-   [[ -s $STATE/admin.token && -s $PKI/ca.crt ]]; then
+   { [[ ${TESTBED_KUBE_SKIP_CONTROLLER_MANAGER:-0} == 1 ]] || tb_running kube-controller-manager; }; then
   tb_log "kube: already running"
   write_env
   exit 0
 fi
 
-start=$SECONDS
 BIN=$(bash "$TB_DIR/apiserver/build.sh")
-generate
 
 if ! start_etcd; then
   # Unreadable data (say, left by a crash): start over with an empty store once.
