@@ -62,12 +62,6 @@ if [[ ! -f $KAFKA_HOME/.complete || $(cat "$KAFKA_HOME/.complete") != "$stamp" ]
   rm -rf "$KAFKA_HOME" && mv "$KAFKA_HOME.tmp" "$KAFKA_HOME"
 fi
 
-# kcat is what tells us the broker truly answers (and what tests and people use to poke at it).
-if ! command -v kcat >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-  tb_log "kafka: installing Debian's kcat"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; } >&2 || tb_log "kafka: could not install kcat; waiting on the log instead"
-fi
-
 # --- config (rewritten every start; it only depends on this script) ---
 mkdir -p "$RUN"
 cat >"$CONF" <<PROPS
@@ -130,6 +124,8 @@ fi
 # the metadata image, SCRAM credentials included, has been loaded) and the SASL port accepts connections.
 # kcat is not used for the SASL check itself: Debian's kcat links librdkafka 2.0.2, whose SCRAM client-final nonce bug
 # (fixed in librdkafka 2.6.1) makes Kafka 4.x reject it with "invalid credentials"; kafkajs and the Java client are fine.
+# kcat (scripts/packages.txt, installed by scripts/bootstrap) tells that the broker truly answers; started on its own,
+# without kcat, up waits for the broker's log line instead.
 log_start=$(($(stat -c %s "$LOG" 2>/dev/null || echo 0) + 1))
 kafka_ready() {
   tb_port_open 29093 || return 1
