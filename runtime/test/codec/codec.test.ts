@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { random } from "../../../e2e/support/random.ts";
+import { need } from "../../../e2e/support/testbed.ts";
 import { after, before, describe, it } from "node:test";
 import { ArchiverError, ConfigError } from "../../src/errors.ts";
 import { CODEC_LEVELS, CODEC_NAMES, createCodec, type CodecName } from "../../src/codec/index.ts";
@@ -57,39 +58,28 @@ let large: Buffer | undefined;
 interface Tool {
   readonly command: string;
   readonly args: (file: string) => string[];
-  readonly install: string;
+  /** What provides the command: the package list that scripts/bootstrap installs, or the testbed. */
+  readonly from: string;
 }
 
-// Readers the project did not write. Debian's python3-snappy computes its CRC32C with a C helper that raises
-// SystemError on Python 3.11 (PY_SSIZE_T_CLEAN), so its framing reader gets python3-crc32c's CRC32C instead.
-const SNAPPY_READER = `
-import sys, crc32c, snappy.snappy as framing
-framing._crc32c = crc32c.crc32c
-reader = framing.StreamDecompressor()
-sys.stdout.buffer.write(reader.decompress(open(sys.argv[1], "rb").read()))
-reader.flush()
-`;
+// Readers the project did not write. Snappy's is klauspost/compress's s2d (built by the testbed), a Go implementation
+// of the framing format: not the Rust snap crate that the runtime's snappy package encodes with.
 const TOOLS: Record<CodecName, Tool> = {
-  zstd: { command: "zstd", args: (f) => ["-dc", "--", f], install: "zstd" },
-  lz4: { command: "lz4", args: (f) => ["-dc", f], install: "lz4" },
-  gzip: { command: "gzip", args: (f) => ["-dc", "--", f], install: "gzip" },
-  snappy: {
-    command: "/usr/bin/python3",
-    args: (f) => ["-c", SNAPPY_READER, f],
-    install: "python3-snappy python3-crc32c",
-  },
+  zstd: { command: "zstd", args: (f) => ["-dc", "--", f], from: "scripts/packages.txt" },
+  lz4: { command: "lz4", args: (f) => ["-dc", f], from: "scripts/packages.txt" },
+  gzip: { command: "gzip", args: (f) => ["-dc", "--", f], from: "scripts/packages.txt" },
+  snappy: { command: need("TESTBED_S2D"), args: (f) => ["-c", "-q", f], from: "e2e/testbed/tools/up.sh" },
 };
 
 /** Decodes `file` with the codec's own tool; fails (never skips) when the tool is not installed. */
 function decodeWithTool(codec: CodecName, file: string): { ok: true; out: Buffer } | { ok: false; stderr: string } {
   const tool = TOOLS[codec];
   const run = spawnSync(tool.command, tool.args(file), { maxBuffer: 256 * 1024 * 1024 });
-  const stderr = run.stderr?.toString() ?? "";
-  const missing =
-    (run.error as NodeJS.ErrnoException | undefined)?.code === "ENOENT" || /ModuleNotFoundError/.test(stderr);
-  if (missing) assert.fail(`${tool.command} cannot decode ${codec}: apt-get install -y ${tool.install}`);
+  if ((run.error as NodeJS.ErrnoException | undefined)?.code === "ENOENT") {
+    assert.fail(`${tool.command} (to decode ${codec}) is missing: npm test installs it (${tool.from})`);
+  }
   if (run.error) throw run.error;
-  return run.status === 0 ? { ok: true, out: run.stdout } : { ok: false, stderr };
+  return run.status === 0 ? { ok: true, out: run.stdout } : { ok: false, stderr: run.stderr.toString() };
 }
 
 function flipped(file: Buffer, at: number): Buffer {
