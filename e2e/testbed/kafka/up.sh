@@ -121,11 +121,10 @@ fi
 
 # --- start and wait until the broker answers ---
 # Ready = a metadata request on PLAINTEXT is answered (request processing is enabled on all listeners together, after
-# the metadata image, SCRAM credentials included, has been loaded) and the SASL port accepts connections.
+# the metadata image, SCRAM credentials included, has been loaded) and the SASL port accepts connections. kcat asks
+# (scripts/packages.txt; scripts/bootstrap installs it); where up runs without it, up waits for the broker's log line.
 # kcat is not used for the SASL check itself: Debian's kcat links librdkafka 2.0.2, whose SCRAM client-final nonce bug
 # (fixed in librdkafka 2.6.1) makes Kafka 4.x reject it with "invalid credentials"; kafkajs and the Java client are fine.
-# kcat (scripts/packages.txt, installed by scripts/bootstrap) tells that the broker truly answers; started on its own,
-# without kcat, up waits for the broker's log line instead.
 log_start=$(($(stat -c %s "$LOG" 2>/dev/null || echo 0) + 1))
 kafka_ready() {
   tb_port_open 29093 || return 1
