@@ -50,6 +50,8 @@ describe("the provisioning check on fixtures", () => {
       'execFileSync(need("TESTBED_NOPE"));',
       'execFileSync(need("TESTBED_YES"));',
       "/x/.exec('not a spawn');",
+      'function older() { const path = "/usr/games/sl"; return { path, version: "1" }; }',
+      "execFileSync(older().path);",
       "",
     ].join("\n"),
   );
@@ -68,6 +70,7 @@ describe("the provisioning check on fixtures", () => {
       "runtime/test/tools.test.ts:6 lolcat",
       "runtime/test/tools.test.ts:7 (cannot tell: process.argv)",
       "runtime/test/tools.test.ts:8 TESTBED_NOPE",
+      "runtime/test/tools.test.ts:12 /usr/games/sl",
     ]);
     assert.deepEqual(uses.filter((u) => u.provider !== undefined).map(show), [
       "e2e/testbed/thing/up.sh:2 zstd",

@@ -211,19 +211,39 @@ class Resolver {
       const name = ts.isStringLiteralLike(key) || ts.isNumericLiteral(key) ? key.text : undefined;
       return this.values(expr.expression, file).flatMap((o) => this.member(o, name));
     }
+    // A call of a function of the file: what it returns. need() stays a call: origin() reads its testbed variable.
+    if (ts.isCallExpression(expr) && ts.isIdentifier(expr.expression) && expr.expression.text !== "need") {
+      const returned = this.returns(expr.expression.text, file);
+      if (returned.length) return returned.flatMap((e) => this.values(e, file));
+    }
     return [{ node: expr, file }];
+  }
+
+  /** What a function declared in the file returns (its return statements, not those of functions inside it). */
+  private returns(name: string, file: string): ts.Expression[] {
+    const out: ts.Expression[] = [];
+    const collect = (n: ts.Node): void => {
+      if (ts.isReturnStatement(n) && n.expression) out.push(n.expression);
+      else if (!ts.isFunctionLike(n)) ts.forEachChild(n, collect);
+    };
+    const visit = (n: ts.Node): void => {
+      if (ts.isFunctionDeclaration(n) && n.name?.text === name && n.body) ts.forEachChild(n.body, collect);
+      else ts.forEachChild(n, visit);
+    };
+    visit(this.files.get(file));
+    return out;
   }
 
   /** A property (or, with no name, every property) of an object or array literal. */
   private member(o: { node: ts.Expression; file: string }, name: string | undefined) {
     const { node, file } = o;
     if (ts.isObjectLiteralExpression(node)) {
-      return node.properties.flatMap((p) =>
-        ts.isPropertyAssignment(p) &&
-        (name === undefined || p.name.getText() === name || p.name.getText() === `"${name}"`)
-          ? this.values(p.initializer, file)
-          : [],
-      );
+      return node.properties.flatMap((p) => {
+        const named = name === undefined || p.name?.getText() === name || p.name?.getText() === `"${name}"`;
+        if (named && ts.isPropertyAssignment(p)) return this.values(p.initializer, file);
+        if (named && ts.isShorthandPropertyAssignment(p)) return this.identifier(p.name, p.name.text, file);
+        return [];
+      });
     }
     if (ts.isArrayLiteralExpression(node)) {
       const elements = name === undefined ? node.elements : node.elements.filter((_, i) => String(i) === name);
