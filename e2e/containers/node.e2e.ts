@@ -42,7 +42,7 @@ async function startNode(t: TestContext, dir: string) {
   const state = join(dir, "run");
   const sock = join(state, "containerd.sock");
   const ctr = (args: readonly string[], opts: { allowFailure?: boolean } = {}) =>
-    run("ctr", ["--address", sock, "--namespace", "k8s.io", ...args], opts);
+    run(need("TESTBED_CTR"), ["--address", sock, "--namespace", "k8s.io", ...args], opts);
   mkdirSync(join(dir, "cni"), { recursive: true });
   writeFileSync(
     join(dir, "containerd.toml"),
@@ -79,7 +79,7 @@ state = "${join(state, "containerd")}"
       ],
     }),
   );
-  const containerd = daemon("containerd", ["--config", join(dir, "containerd.toml")]);
+  const containerd = daemon(need("TESTBED_CONTAINERD"), ["--config", join(dir, "containerd.toml")]);
   // Filled as the kubelet starts: what stops it, after its pods.
   const stopKubelet: (() => Promise<void>)[] = [];
   const kubeletDir = join(dir, "kubelet");

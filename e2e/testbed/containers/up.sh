@@ -29,7 +29,9 @@ LOG=$TB_LOGS/containers.log
 repo=$(cd "$TB_DIR/../.." && pwd)
 
 # --- the machine's packages: the one place this service installs with apt (root) ---
-PACKAGES=(docker.io mmdebstrap iptables containernetworking-plugins)
+# Not in scripts/packages.txt, which bootstrap installs before every npm test: only this optional service needs them
+# (docker.io brings containerd, runc and iptables). mmdebstrap, gcc and the rest are listed there.
+PACKAGES=(docker.io containernetworking-plugins)
 missing=()
 for p in "${PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -71,6 +73,9 @@ write_env() {
   tb_env containers TESTBED_KUBELET "$KUBELET"
   tb_env containers TESTBED_PAUSE_IMAGE "$PAUSE_IMAGE"
   tb_env containers TESTBED_CNI_BIN_DIR /usr/lib/cni
+  # Debian's containerd and its client, for a node of its own (docker.io's dockerd starts another, privately).
+  tb_env containers TESTBED_CONTAINERD /usr/bin/containerd
+  tb_env containers TESTBED_CTR /usr/bin/ctr
 }
 
 # --- the engine ---
