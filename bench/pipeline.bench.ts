@@ -1,6 +1,6 @@
 // The runtime end to end (Kafka -> route -> buffer -> zstd -> local files) beside its two limits, measured in the same
 // run on the same data: kcat consuming the topic to /dev/null (transport) and `zstd -3 -T1` over the same bytes
-// (codec). Then 10,000 destinations under a 512 MiB memory limit: peak RSS must stay under it.
+// (codec). Many destinations under a memory limit are destinations.bench.ts's.
 // Usage: node bench/pipeline.bench.ts [records]   (default 2,000,000 of about 700 bytes)
 import { execFileSync } from "node:child_process";
 import { rmSync, mkdtempSync } from "node:fs";
@@ -90,18 +90,6 @@ async function main(): Promise<void> {
     `rounds (kcat s, zstd s, runtime s): ${rounds.map((r) => `${r.kcat.toFixed(2)}, ${r.zstd.toFixed(2)}, ${r.run.seconds.toFixed(2)}`).join("; ")}`,
   );
 
-  // 10,000 destinations under a 512 MiB memory limit. Nearly every record is a file of its own there (10,000
-  // interleaved destinations against 64 hot buffers and 1,024 writers), at about 1k records/s, so the run is shorter.
-  const M = Math.min(N, 200_000);
-  const data2 = join(work, "data-10k.jsonl");
-  await writeData(data2, M, 1000, 10);
-  const topic2 = await createTopic();
-  produceFile(topic2, data2);
-  const limit = 512 * 1024 * 1024;
-  const r2 = await runArchiver(work, topic2, M, { env: { DFE_ARCHIVER_MEMORY_LIMIT_BYTES: String(limit) } });
-  console.log(
-    `\n10,000 destinations, ${M} records, DFE_ARCHIVER_MEMORY_LIMIT_BYTES=512MiB: ${(M / r2.seconds / 1e3).toFixed(1)}k records/s, peak RSS ${(r2.peakRss / 1048576).toFixed(0)} MiB (${r2.peakRss < limit ? "under" : "OVER"} the limit)`,
-  );
   rmSync(work, { recursive: true, force: true });
 }
 

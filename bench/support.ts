@@ -34,11 +34,50 @@ function checkBuild(): void {
   if (stale !== undefined) throw new Error(`runtime/src/${stale} is newer than ${builtMain}: run npm run build`);
 }
 
-export function makeRecord(i: number, orgs: number, types: number): string {
+/** Which destination record i goes to: its org and event type. */
+export type KeyPick = (i: number) => { org: number; type: number };
+
+/** Every (org, type) pair in turn, so the traffic is even over orgs x types destinations. */
+export function uniformKeys(orgs: number, types: number): KeyPick {
+  // The type advances once per `orgs` records, so every (org, type) pair occurs.
+  return (i) => ({ org: (i * 7919) % orgs, type: Math.floor(i / orgs) % types });
+}
+
+/**
+ * Orgs by a Zipf law of exponent `s` (org k's share of the records goes as 1/k^s), each org's event types even: the
+ * way real tenants look, a few large and a long tail. Seeded, so every run produces the same records.
+ */
+export function zipfKeys(orgs: number, types: number, s: number, seed = 1): KeyPick {
+  const cdf = new Float64Array(orgs);
+  let sum = 0;
+  for (let k = 0; k < orgs; k++) cdf[k] = sum += 1 / Math.pow(k + 1, s);
+  for (let k = 0; k < orgs; k++) cdf[k] = (cdf[k] ?? 0) / sum;
+  let state = seed >>> 0 || 1;
+  const next = (): number => {
+    // xorshift32
+    state ^= state << 13;
+    state ^= state >>> 17;
+    state ^= state << 5;
+    return (state >>> 0) / 4294967296;
+  };
+  return () => {
+    const u = next();
+    let lo = 0;
+    let hi = orgs - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if ((cdf[mid] ?? 1) < u) lo = mid + 1;
+      else hi = mid;
+    }
+    return { org: lo, type: Math.floor(next() * types) };
+  };
+}
+
+export function makeRecord(i: number, pick: KeyPick): string {
+  const key = pick(i);
   const base = {
-    _org_id: `org-${(i * 7919) % orgs}`,
-    // The type advances once per `orgs` records, so every (org, type) pair occurs: orgs x types destinations.
-    event_type: `type-${Math.floor(i / orgs) % types}`,
+    _org_id: `org-${key.org}`,
+    event_type: `type-${key.type}`,
     id: i,
     ts: 1764676800000 + i,
     host: `host-${i % 257}.example.internal`,
@@ -51,12 +90,18 @@ export function makeRecord(i: number, orgs: number, types: number): string {
   return JSON.stringify(base);
 }
 
-/** Writes `count` records as JSON lines; returns their bytes. */
-export async function writeData(file: string, count: number, orgs: number, types: number): Promise<number> {
+/** Writes `count` records as JSON lines, by default even over orgs x types destinations; returns their bytes. */
+export async function writeData(
+  file: string,
+  count: number,
+  orgs: number,
+  types: number,
+  pick: KeyPick = uniformKeys(orgs, types),
+): Promise<number> {
   const out = createWriteStream(file);
   let bytes = 0;
   for (let i = 0; i < count; i++) {
-    const line = makeRecord(i, orgs, types) + "\n";
+    const line = makeRecord(i, pick) + "\n";
     bytes += line.length;
     if (!out.write(line)) await once(out, "drain");
   }
@@ -155,6 +200,8 @@ const SCRAPED = [
 const SCRAPE_QUERY = SCRAPED.map((n) => `name[]=${n}`).join("&");
 
 export interface RunResult {
+  /** The run's own directory: its config, and its local archive under archive/. */
+  dir: string;
   seconds: number;
   /** Until every record was received. */
   receivedSeconds: number;
@@ -283,6 +330,7 @@ export async function runArchiver(
   const byKind: Partial<Record<ThreadKind, number>> = {};
   for (const t of threads.values()) byKind[t.kind] = (byKind[t.kind] ?? 0) + t.cpu;
   return {
+    dir,
     seconds,
     receivedSeconds,
     firstSeconds,

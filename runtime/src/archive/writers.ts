@@ -1,7 +1,12 @@
-// Archive writers: one per destination, up to archive.max_writers. A writer appends each flushed frame to its open
-// file, rolls the file on its compressed size or its age, and reports every file once it is durable (or errored) so
-// the delivery stage can release the offsets its tickets carry. A writer holds no write buffer between flushes: only
-// its file, counters and tickets.
+// Archive writers: one per destination. A writer appends each flushed frame to its open file, rolls the file on its
+// compressed size or its age, and reports every file once it is durable (or errored) so the delivery stage can
+// release the offsets its tickets carry. A writer holds no write buffer between flushes: only its file, counters and
+// tickets.
+// archive.max_writers bounds the writers holding a descriptor. Past it the least recently used one parks: its
+// descriptor closes and its file stays in progress, taking the destination's next flushes by its path (a lane opens
+// it for each append) until it rolls. Closing the file instead (completing it as on a roll) gave every destination
+// past the cap a file per flush: 10,000 destinations through 1,024 writers wrote files of a record or two. A writer
+// opening a file, or syncing a parked one to complete it, holds a place under the cap meanwhile.
 import type { Codec } from "../codec/index.ts";
 import { ArchiverError, ConfigError } from "../errors.ts";
 import type { Metrics } from "../observe/metrics.ts";
@@ -33,6 +38,7 @@ export type WriterMetrics = Pick<
   | "archiveRoll"
   | "writerEvictions"
   | "writersOpen"
+  | "writersParked"
   | "archiveErrors"
   | "bytesCompressed"
 >;
@@ -77,7 +83,7 @@ export interface WriterPool<T> {
   tick(): void;
   /** Shutdown: lets accepted appends land, then completes every file. Later appends are refused. */
   closeAll(): Promise<void>;
-  stats(): { writers: number; closing: number };
+  stats(): { writers: number; closing: number; parked: number };
 }
 
 interface OpenFile<T> {
@@ -101,6 +107,8 @@ interface Writer<T> {
   tail: Promise<void>;
   /** While the writer waits for a place: gives it the place. */
   admit: (() => void) | undefined;
+  /** From its admission until the descriptor it may hold is closed (a retired writer keeps its place until then). */
+  placed: boolean;
 }
 
 const SEQ: readonly TemplatePart[] = [{ token: "seq" }];
@@ -112,9 +120,11 @@ class Pool<T> implements WriterPool<T> {
   readonly #now: () => number;
   /** Writers holding a place under the cap, least recently used first. */
   readonly #open = new Map<string, Writer<T>>();
-  /** New writers waiting for a place, in arrival order; their appends queue on them meanwhile. */
+  /** Writers waiting for a place, in arrival order; their appends queue on them meanwhile. */
   readonly #waiting = new Map<string, Writer<T>>();
-  /** Writers retired but not yet complete: each still holds its place under the cap. */
+  /** Writers whose file is in progress with its descriptor closed (or closing), least recently used first. */
+  readonly #parked = new Map<string, Writer<T>>();
+  /** Writers closing their descriptor (a park, a roll of a parked file, a retired writer's complete): each holds a place. */
   #closing = 0;
   /** Background work closeAll waits for: retiring writers and completing files. */
   readonly #inflight = new Set<Promise<void>>();
@@ -136,7 +146,7 @@ class Pool<T> implements WriterPool<T> {
       this.#open.delete(destination);
       this.#open.set(destination, w);
     } else {
-      w = this.#waiting.get(destination) ?? this.#newWriter(destination);
+      w = this.#waiting.get(destination) ?? this.#parked.get(destination) ?? this.#newWriter(destination);
     }
     const writer = w;
     return this.#enqueue(writer, () => this.#write(writer, block, records, rawBytes, ticket));
@@ -153,6 +163,10 @@ class Pool<T> implements WriterPool<T> {
         if (w.file === f) this.#track(this.#roll(w, "interval"));
       });
     }
+    for (const w of [...this.#parked.values()]) {
+      const f = w.file;
+      if (f !== undefined && !f.rollQueued && now - f.openedAt >= maxAge) this.#rollParked(w, "interval");
+    }
   }
 
   async closeAll(): Promise<void> {
@@ -160,14 +174,15 @@ class Pool<T> implements WriterPool<T> {
     // Waiting writers take places as retired ones free them, then are retired in turn.
     for (;;) {
       for (const w of [...this.#open.values()]) this.#retire(w, "shutdown");
+      for (const w of [...this.#parked.values()]) if (w.file?.rollQueued === false) this.#rollParked(w, "shutdown");
       const pending = [...this.#inflight, ...[...this.#waiting.values()].map((w) => w.tail)];
       if (pending.length === 0) return;
       await Promise.allSettled(pending);
     }
   }
 
-  stats(): { writers: number; closing: number } {
-    return { writers: this.#open.size, closing: this.#closing };
+  stats(): { writers: number; closing: number; parked: number } {
+    return { writers: this.#open.size, closing: this.#closing, parked: this.#parked.size };
   }
 
   #enqueue(w: Writer<T>, op: () => Promise<void> | void): Promise<void> {
@@ -197,11 +212,19 @@ class Pool<T> implements WriterPool<T> {
       file: undefined,
       tail: Promise.resolve(),
       admit: undefined,
+      placed: false,
     };
-    this.#waiting.set(destination, w);
-    w.tail = new Promise<void>((resolve) => (w.admit = resolve));
-    this.#admit();
+    w.tail = this.#place(w);
     return w;
+  }
+
+  /** Queues `w` (parked, or new) for a place under the cap; resolves once it has one. */
+  #place(w: Writer<T>): Promise<void> {
+    if (this.#parked.get(w.destination) === w) this.#parked.delete(w.destination);
+    this.#waiting.set(w.destination, w);
+    const placed = new Promise<void>((resolve) => (w.admit = resolve));
+    this.#admit();
+    return placed;
   }
 
   /**
@@ -214,6 +237,7 @@ class Pool<T> implements WriterPool<T> {
       if (this.#open.size + this.#closing >= this.#o.maxWriters) break;
       this.#waiting.delete(w.destination);
       this.#open.set(w.destination, w);
+      w.placed = true;
       w.admit?.();
       w.admit = undefined;
     }
@@ -225,27 +249,77 @@ class Pool<T> implements WriterPool<T> {
     this.#gauge();
   }
 
-  /** Closes `w` behind its queued appends; it keeps its place under the cap until its file completes. */
+  /**
+   * Evicted, `w` parks behind its queued appends (its file stays in progress); at shutdown its file completes. It
+   * keeps its place under the cap until its descriptor is closed.
+   */
   #retire(w: Writer<T>, trigger: "evict" | "shutdown"): void {
     this.#open.delete(w.destination);
+    if (trigger === "evict") {
+      this.#o.metrics.writerEvictions.inc();
+      this.#parked.set(w.destination, w);
+    }
     this.#closing++;
-    if (trigger === "evict") this.#o.metrics.writerEvictions.inc();
     this.#gauge();
-    const closed = this.#enqueue(w, () => this.#roll(w, trigger));
+    const closed = this.#enqueue(w, () => (trigger === "evict" ? this.#park(w) : this.#roll(w, trigger)));
     this.#track(
       closed.finally(() => {
         this.#closing--;
+        w.placed = false;
         this.#admit();
       }),
     );
   }
 
-  /** writers_open counts every writer holding a place, closing ones included. */
+  /**
+   * Completes a parked writer's file. Its sync opens the descriptor again, so the writer first waits for a place like
+   * any other; once the file is complete it gives the place back unless a flush for its destination came meanwhile.
+   */
+  #rollParked(w: Writer<T>, trigger: RollTrigger): void {
+    const f = w.file;
+    if (f === undefined) return;
+    f.rollQueued = true;
+    w.tail = Promise.all([w.tail, this.#place(w)]).then(noop, noop);
+    this.#track(
+      this.#enqueue(w, async () => {
+        if (w.file === f) await this.#roll(w, trigger);
+        if (w.file === undefined && this.#open.get(w.destination) === w) {
+          this.#open.delete(w.destination);
+          w.placed = false;
+          this.#admit();
+        }
+      }),
+    );
+  }
+
+  /** Closes the descriptor of `w`'s file, which stays in progress; a file that cannot be parked is errored. */
+  async #park(w: Writer<T>): Promise<void> {
+    const f = w.file;
+    if (f === undefined) {
+      // Its file rolled before the park: nothing is in progress, so the writer goes; a later flush makes a new one.
+      if (this.#parked.get(w.destination) === w) this.#parked.delete(w.destination);
+      return;
+    }
+    try {
+      await f.file.park();
+    } catch (err) {
+      this.#o.metrics.archiveErrors.inc();
+      w.file = undefined;
+      if (this.#parked.get(w.destination) === w) this.#parked.delete(w.destination);
+      if (f.blockLengths.length > 0) this.#report(w, f, this.#now(), { error: err });
+      this.#abandon(f);
+    }
+  }
+
+  /** writers_open counts every writer holding a place, closing ones included; writers_parked, the parked ones. */
   #gauge(): void {
     this.#o.metrics.writersOpen.set(this.#open.size + this.#closing);
+    this.#o.metrics.writersParked.set(this.#parked.size);
   }
 
   async #write(w: Writer<T>, block: Block, records: number, rawBytes: number, ticket: T): Promise<void> {
+    // A parked writer whose file rolled opens its next file under the cap, like a new writer.
+    if (w.file === undefined && !w.placed) await this.#place(w);
     const f = w.file ?? (await this.#openFile(w));
     const before = f.file.size;
     let length: number;

@@ -1,19 +1,37 @@
-// Hot buffers: at most 64 destinations buffer at once; a record for another flushes the least recently used first.
-// A buffer flushes at flush_bytes plus one record, flush_records, or flush_age_secs; all of them together stay under
-// a shared cap (a quarter of the memory limit), past which the largest flush first. A buffer allocates nothing until
-// a record arrives.
+// Hot buffers: a buffer flushes at flush_bytes plus one record, flush_records, or flush_age_secs. All of them together
+// hold at most HOT_BUFFER_FLUSHES x flush_bytes (128 MiB by default) and never more than the shared cap (a quarter of
+// the memory limit); past that the largest flush first, down to three quarters of it. They are bounded by bytes, not
+// by count: 64 buffers, each evicted by a record for a 65th destination, flushed a record or two a frame once
+// destinations outnumbered them thousands to one (10,000 destinations: 7k records/s). A count remains, at one buffer
+// per MIN_BUFFER_SHARE of the bound, so what each buffer costs beside its records stays a small part of the memory.
+// A buffer allocates nothing until a record arrives, and then little more than it holds.
 // Records are not copied where they are buffered: a buffer holds views of the route replies they arrived in (pieces),
 // and a flush hands those to its lane, which reads them where they lie. The event loop's two copies of every record
 // (into a buffer, then into shared memory for the lane) were a third of its time on the bench. What is still
 // buffered when a turn ends is copied into the buffer's own block (settle), so no reply stays pinned by a buffer that
-// flushes only at its age. A flush hands its block's part over as an exact copy in shared memory and keeps the block
-// for the next destination (destinations churning through 64 buffers would otherwise allocate and fault in a fresh
-// block at every eviction); a full buffer hands the block itself over.
+// flushes only at its age. Blocks come from a pool of shared memory (blocks.ts): a flush hands its block over as it
+// is, and the block goes back to the pool once the flush has landed (releaseFlush).
 import type { Hold } from "../delivery/hold.ts";
-import { codecLanes, copyInto, releaseShared, sharedCopy } from "../codec/lanes.ts";
+import { codecLanes, copyInto } from "../codec/lanes.ts";
+import { BlockPool } from "./blocks.ts";
 
-export const HOT_BUFFER_COUNT = 64;
-const FIRST_ALLOC = 16 * 1024;
+/** The hot buffers together hold at most this many times flush_bytes (and never more than the shared cap). */
+export const HOT_BUFFER_FLUSHES = 128;
+/** One buffer at most for each this many bytes of the bound: past it the least recently used flushes first. */
+export const MIN_BUFFER_SHARE = 2048;
+/** Room a buffer's ends and offsets first take, in records. */
+const FIRST_RECORDS = 16;
+
+/**
+ * What the hot buffers may hold together, and how many may be open, for the shared cap and flush_bytes: half the cap
+ * in bytes buffered, since a growing buffer's allocation can run to twice what it holds, so their memory stays within
+ * the cap itself. Counted at the full cap, a 512 MiB limit's buffers alone took 256 MiB and the process reached the
+ * limit.
+ */
+export function hotBufferBounds(capBytes: number, flushBytes: number): { bytes: number; buffers: number } {
+  const bytes = Math.min(Math.floor(capBytes / 2), HOT_BUFFER_FLUSHES * flushBytes);
+  return { bytes, buffers: Math.max(64, Math.floor(bytes / MIN_BUFFER_SHARE)) };
+}
 
 export type FlushTrigger = "bytes" | "records" | "age" | "evict" | "cap" | "drain";
 
@@ -30,6 +48,8 @@ export interface FlushBatch {
   readonly records: number;
   readonly hold: Hold;
   readonly trigger: FlushTrigger;
+  /** The pooled blocks the batch reads (its first piece's, its ends' and offsets'), given back by releaseFlush. */
+  readonly blocks: readonly Buffer[];
   /** Byte offset one past each record's newline, so a refused batch can be split back into records. */
   readonly ends: Uint32Array;
   /** Each record's offset in its partition. */
@@ -61,10 +81,13 @@ export function joined(b: FlushBatch): Buffer {
   return Buffer.concat(b.pieces, b.bytes);
 }
 
-/** A flush's pieces are read no more: their shared copies and route replies go back for reuse. Call once. */
+/** The hot buffers' blocks, one pool a process: a flush gives its block back wherever it lands. */
+const blocks = new BlockPool();
+
+/** A flush's pieces are read no more: its block and route replies go back for reuse. Call once. */
 export function releaseFlush(b: FlushBatch): void {
+  for (const block of b.blocks) blocks.free(block);
   for (const piece of b.pieces) {
-    releaseShared(piece);
     if (piece.buffer instanceof SharedArrayBuffer) codecLanes().releaseReply(piece.buffer);
   }
 }
@@ -83,7 +106,7 @@ export interface HotBufferOptions {
   flushBytes: number;
   flushRecords: number;
   flushAgeMs: number;
-  /** Bytes all buffers together may hold. */
+  /** The shared cap: bytes all buffers together may hold, at most (see hotBufferBounds). */
   capBytes: number;
   /** A new hold for a buffer that receives its first record. */
   openHold: () => Hold;
@@ -91,14 +114,6 @@ export interface HotBufferOptions {
   /** A hold left with no records once a discard emptied its buffer: the owner releases it. */
   onEmptied: (hold: Hold) => void;
   now?: () => number;
-}
-
-/** The memory of one buffer, reused across destinations. */
-interface Block {
-  /** None while the buffers' records all went out as pieces. */
-  data: Buffer | undefined;
-  ends: Uint32Array;
-  offsets: Float64Array;
 }
 
 class HotBuffer {
@@ -112,6 +127,8 @@ class HotBuffer {
   records = 0;
   ends: Uint32Array | undefined;
   offsets: Float64Array | undefined;
+  /** The pooled block `offsets` then `ends` lie in. */
+  index: Buffer | undefined;
   /** Runs of consecutive records from one partition slot: [slot, records, endByte] triples. */
   runs: number[] = [];
   hold: Hold | undefined;
@@ -127,14 +144,18 @@ export class HotBufferPool {
   readonly #now: () => number;
   /** Insertion order is recency order: a touched buffer is re-inserted at the end. */
   readonly #buffers = new Map<string, HotBuffer>();
-  /** Blocks of flushed buffers, for the next buffers to open; never more than HOT_BUFFER_COUNT. */
-  readonly #spare: Block[] = [];
-  readonly #slabs = new Slabs();
+  /** Buffers holding pieces, for settle: visiting all of ten thousand buffers a turn to find them cost more. */
+  #unsettled: HotBuffer[] = [];
   #bytes = 0;
+  readonly #boundBytes: number;
+  readonly #maxBuffers: number;
 
   constructor(opts: HotBufferOptions) {
     this.#opts = opts;
     this.#now = opts.now ?? Date.now;
+    const bounds = hotBufferBounds(opts.capBytes, opts.flushBytes);
+    this.#boundBytes = bounds.bytes;
+    this.#maxBuffers = bounds.buffers;
   }
 
   /**
@@ -156,7 +177,7 @@ export class HotBufferPool {
       this.#append(b, slot, records, from, to);
       if (b.length >= this.#opts.flushBytes) this.#flush(b, "bytes");
       else if (b.records >= this.#opts.flushRecords) this.#flush(b, "records");
-      if (this.#bytes > this.#opts.capBytes) this.#relieveCap();
+      if (this.#bytes > this.#boundBytes) this.#relieveCap();
       from = to;
     }
   }
@@ -165,17 +186,11 @@ export class HotBufferPool {
   #touch(destination: string): HotBuffer {
     let b = this.#buffers.get(destination);
     if (b === undefined) {
-      if (this.#buffers.size >= HOT_BUFFER_COUNT) {
+      if (this.#buffers.size >= this.#maxBuffers) {
         const lru = this.#buffers.values().next().value;
         if (lru !== undefined) this.#flush(lru, "evict");
       }
       b = new HotBuffer(destination);
-      const block = this.#spare.pop();
-      if (block !== undefined) {
-        b.data = block.data;
-        b.ends = block.ends;
-        b.offsets = block.offsets;
-      }
       this.#buffers.set(destination, b);
     } else if (this.#buffers.size > 1) {
       this.#buffers.delete(destination);
@@ -205,26 +220,26 @@ export class HotBufferPool {
       if (last !== undefined && last.buffer === memory && end === records.data.byteOffset + dataAt) {
         b.pieces[b.pieces.length - 1] = Buffer.from(memory, last.byteOffset, last.length + bytes);
       } else {
+        if (b.pieces.length === 0) this.#unsettled.push(b);
         b.pieces.push(records.data.subarray(dataAt, dataAt + bytes));
         codecLanes().leaseReply(memory);
       }
     } else {
       // Memory the caller may reuse: copied now, behind whatever the buffer already holds.
       this.#settleOne(b);
-      if (b.data === undefined || need > b.data.length) b.data = grow(b.data, start, need, this.#opts.flushBytes);
+      if (b.data === undefined || need > b.data.length) b.data = grow(b.data, start, need);
       copyInto(b.data, start, records.data, dataAt, dataAt + bytes);
       b.blockLength = need;
     }
     b.length = need;
-    if (b.ends === undefined || b.offsets === undefined || b.records + count > b.ends.length) {
-      b.ends = grown(Uint32Array, b.ends, b.records, b.records + count);
-      b.offsets = grown(Float64Array, b.offsets, b.records, b.records + count);
-    }
+    if (b.ends === undefined || b.records + count > b.ends.length) growIndex(b, b.records + count);
+    const intoEnds = b.ends as Uint32Array;
+    const intoOffsets = b.offsets as Float64Array;
     let min = Infinity;
     for (let i = from, at = b.records; i < to; i++, at++) {
-      b.ends[at] = start + (ends[endsAt + i] ?? 0) - base;
+      intoEnds[at] = start + (ends[endsAt + i] ?? 0) - base;
       const offset = offsets[offsetsAt + i] ?? 0;
-      b.offsets[at] = offset;
+      intoOffsets[at] = offset;
       if (offset < min) min = offset;
     }
     b.records += count;
@@ -242,7 +257,7 @@ export class HotBufferPool {
   #settleOne(b: HotBuffer): void {
     if (b.pieces.length === 0) return;
     if (b.data === undefined || b.length > b.data.length) {
-      b.data = grow(b.data, b.blockLength, b.length, this.#opts.flushBytes);
+      b.data = grow(b.data, b.blockLength, b.length);
     }
     let at = b.blockLength;
     for (const piece of b.pieces) {
@@ -259,17 +274,19 @@ export class HotBufferPool {
    * records, or for its age, then pins no route reply.
    */
   settle(): void {
-    for (const b of this.#buffers.values()) this.#settleOne(b);
+    // A buffer flushed since it was listed has no pieces left: settling it does nothing.
+    for (const b of this.#unsettled) this.#settleOne(b);
+    this.#unsettled = [];
   }
 
   #flush(b: HotBuffer, trigger: FlushTrigger): void {
     this.#buffers.delete(b.destination);
-    if (b.records === 0 || b.hold === undefined || b.ends === undefined || b.offsets === undefined) return;
+    if (b.records === 0 || b.hold === undefined || b.ends === undefined || b.offsets === undefined) {
+      freeBlocks(b);
+      return;
+    }
     this.#bytes -= b.length;
-    // A buffer that reached flush_bytes hands over its block; any other hands over a copy and keeps the block.
-    const full = b.length >= this.#opts.flushBytes;
-    const block = b.data?.subarray(0, b.blockLength);
-    const head = block === undefined || block.length === 0 ? [] : [full ? block : sharedCopy(block)];
+    const head = b.data === undefined || b.blockLength === 0 ? [] : [b.data.subarray(0, b.blockLength)];
     const batch: FlushBatch = {
       destination: b.destination,
       pieces: head.length === 0 ? b.pieces : [...head, ...b.pieces],
@@ -277,20 +294,35 @@ export class HotBufferPool {
       records: b.records,
       hold: b.hold,
       trigger,
-      ends: full ? b.ends.subarray(0, b.records) : this.#slabs.copy(b.ends, b.records, Uint32Array),
-      offsets: full ? b.offsets.subarray(0, b.records) : this.#slabs.copy(b.offsets, b.records, Float64Array),
+      blocks: b.data === undefined ? [b.index as Buffer] : [b.data, b.index as Buffer],
+      ends: b.ends.subarray(0, b.records),
+      offsets: b.offsets.subarray(0, b.records),
       runs: b.runs,
     };
-    if (!full && this.#spare.length < HOT_BUFFER_COUNT) {
-      this.#spare.push({ data: b.data, ends: b.ends, offsets: b.offsets });
-    }
+    // The batch has the block and the pieces now: a settle must not copy and release what the flush still reads.
+    b.pieces = [];
+    b.data = undefined;
+    b.index = undefined;
     this.#opts.onFlush(batch);
   }
 
+  /**
+   * Flushes the largest buffers down to three quarters of the bound: relieved only to the bound itself, every record
+   * past it sorted ten thousand buffers again to flush one.
+   */
   #relieveCap(): void {
+    this.#flushDownTo((this.#boundBytes * 3) / 4);
+  }
+
+  /** Memory runs short: flushes the largest buffers down to half of what they hold together. */
+  shed(): void {
+    this.#flushDownTo(this.#bytes / 2);
+  }
+
+  #flushDownTo(target: number): void {
     const bySize = [...this.#buffers.values()].sort((a, b) => b.length - a.length);
     for (const b of bySize) {
-      if (this.#bytes <= this.#opts.capBytes) break;
+      if (this.#bytes <= target) break;
       this.#flush(b, "cap");
     }
   }
@@ -315,6 +347,7 @@ export class HotBufferPool {
       discarded += this.#discard(b, slots);
       if (b.records === 0) {
         this.#buffers.delete(b.destination);
+        freeBlocks(b);
         if (b.hold !== undefined) this.#opts.onEmptied(b.hold);
       }
     }
@@ -366,53 +399,37 @@ export class HotBufferPool {
   }
 }
 
-const SLAB_BYTES = 1 << 20;
-
-/**
- * Copies of a flush's ends and offsets, carved from 1 MiB slabs as sharedCopy carves its data, each slab freed once
- * no copy in it is referenced: two typed arrays of their own a flush (38k flushes on the 2M-record bench) took 0.24 s
- * of the event loop, and their backing stores fed the collector.
- */
-class Slabs {
-  #slab = new ArrayBuffer(0);
-  #used = 0;
-
-  copy<A extends Uint32Array | Float64Array>(
-    from: A,
-    n: number,
-    Kind: { new (buffer: ArrayBuffer, at: number, length: number): A; readonly BYTES_PER_ELEMENT: number },
-  ): A {
-    const bytes = n * Kind.BYTES_PER_ELEMENT;
-    if (bytes > SLAB_BYTES / 4) return from.slice(0, n) as A;
-    if (this.#used + bytes > this.#slab.byteLength) {
-      this.#slab = new ArrayBuffer(SLAB_BYTES);
-      this.#used = 0;
-    }
-    const copy = new Kind(this.#slab, this.#used, n);
-    copy.set(from.subarray(0, n));
-    // 8-aligned, so a Float64Array can follow.
-    this.#used = (this.#used + bytes + 7) & ~7;
-    return copy;
+// A pooled block, the power of two at or above the need, so growth doubles: the cap counts bytes buffered, the
+// allocation can run to twice that. The old block goes back to the pool.
+function grow(old: Buffer | undefined, used: number, need: number): Buffer {
+  const next = blocks.alloc(need);
+  if (old !== undefined) {
+    copyInto(next, 0, old, 0, used);
+    blocks.free(old);
   }
-}
-
-// Doubling growth, capped near flush_bytes: the cap counts bytes buffered, the allocation can run to twice that.
-function grow(old: Buffer | undefined, used: number, need: number, flushBytes: number): Buffer {
-  let size = Math.max(old?.length ?? 0, Math.min(FIRST_ALLOC, flushBytes + 1));
-  while (size < need) size = Math.min(size * 2, Math.max(need, flushBytes + 1));
-  if (size < need) size = need;
-  const next = Buffer.allocUnsafe(size);
-  if (old !== undefined) old.copy(next, 0, 0, used);
   return next;
 }
 
-function grown<A extends Uint32Array | Float64Array>(
-  Kind: { new (length: number): A },
-  old: A | undefined,
-  used: number,
-  need: number,
-): A {
-  const next = new Kind(Math.max(256, used * 2, need));
-  if (old !== undefined) next.set(old.subarray(0, used));
-  return next;
+/** Room for at least `need` records' offsets and ends, in one pooled block (offsets first, 8-aligned). */
+function growIndex(b: HotBuffer, need: number): void {
+  const index = blocks.alloc(Math.max(FIRST_RECORDS, need) * 12);
+  const room = Math.floor(index.length / 12);
+  const offsets = new Float64Array(index.buffer, index.byteOffset, room);
+  const ends = new Uint32Array(index.buffer, index.byteOffset + room * 8, room);
+  if (b.offsets !== undefined && b.ends !== undefined) {
+    offsets.set(b.offsets.subarray(0, b.records));
+    ends.set(b.ends.subarray(0, b.records));
+  }
+  if (b.index !== undefined) blocks.free(b.index);
+  b.index = index;
+  b.offsets = offsets;
+  b.ends = ends;
+}
+
+/** A buffer that goes without a flush gives its blocks back. */
+function freeBlocks(b: HotBuffer): void {
+  if (b.data !== undefined) blocks.free(b.data);
+  if (b.index !== undefined) blocks.free(b.index);
+  b.data = undefined;
+  b.index = undefined;
 }

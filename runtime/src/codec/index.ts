@@ -5,7 +5,7 @@
 // no lz4 tool reads), snappy framing through the snappy package's frame-format Compressor.
 
 import { ArchiverError, ConfigError } from "../errors.ts";
-import { codecId, codecLanes, type LaneFailure } from "./lanes.ts";
+import { codecId, codecLanes, type AppendTarget, type LaneFailure } from "./lanes.ts";
 
 export const CODEC_NAMES = ["zstd", "lz4", "snappy", "gzip"] as const;
 export type CodecName = (typeof CODEC_NAMES)[number];
@@ -23,11 +23,11 @@ export interface Codec {
    */
   compress(input: Buffer): Promise<Buffer>;
   /**
-   * compress() of the concatenation of `input`'s pieces, with the frame appended at the end of `fd` (opened for
-   * append) where it is made; resolves to the frame's length. A refusal rejects as compress() does; a failed write
+   * compress() of the concatenation of `input`'s pieces, with the frame appended at the end of `target` (a
+   * descriptor opened for append, or the path of a parked file) where it is made; resolves to the frame's length. A refusal rejects as compress() does; a failed write
    * rejects with the lane's `fs` failure, which says how much of the frame reached the file.
    */
-  compressAppend(fd: number, input: readonly Buffer[]): Promise<number>;
+  compressAppend(target: AppendTarget, input: readonly Buffer[]): Promise<number>;
   /**
    * One block (one compress() output, as a manifest's block length delimits it) back to the batch. Rejects with
    * ArchiverError `codec_corrupt` (permanent) when the block does not decode or fails its checksum.
@@ -81,9 +81,9 @@ class LaneCodec implements Codec {
       });
   }
 
-  compressAppend(fd: number, input: readonly Buffer[]): Promise<number> {
+  compressAppend(target: AppendTarget, input: readonly Buffer[]): Promise<number> {
     return codecLanes()
-      .compressAppend(fd, this.#id, input)
+      .compressAppend(target, this.#id, input)
       .catch((err: unknown) => {
         if (!(err instanceof Error) && (err as LaneFailure).kind === "fs") throw err;
         throw this.#failure("codec_refused", "refused the batch", err);

@@ -3,7 +3,7 @@
 // kilobytes took 35 µs through a fresh one-shot context (its tables sized and cleared each time) and 9 µs through a
 // reused one, as fast as `zstd -b`.
 
-import { writeSync } from "node:fs";
+import { closeSync, constants, openSync, writeSync } from "node:fs";
 import { parentPort } from "node:worker_threads";
 import zlib from "node:zlib";
 import type * as Lz4 from "lz4-napi";
@@ -20,7 +20,9 @@ import {
   IN_PIECES,
   JOB_FIELDS,
   LANE_OPS,
+  PATH_TARGET,
   PIECE_FIELDS,
+  type AppendTarget,
   type LaneBatch,
   type LaneFailure,
   type LaneReply,
@@ -195,10 +197,15 @@ async function snappy(stream: Snappy.Compressor | Snappy.Decompressor, input: Bu
   return out.push(stream.update(input)) + out.push(await stream.finish());
 }
 
-/** Writes all of `frame` at the end of `fd`, through short writes; a failure says how much reached the file. */
-function append(fd: number, frame: Buffer): void {
+/**
+ * Writes all of `frame` at the end of `target` (a descriptor, or a path opened to append for this write alone, never
+ * created), through short writes; a failure says how much reached the file.
+ */
+function append(target: AppendTarget, frame: Buffer): void {
   let written = 0;
+  let fd = typeof target === "number" ? target : -1;
   try {
+    if (fd < 0) fd = openSync(target as string, constants.O_WRONLY | constants.O_APPEND);
     while (written < frame.length) written += writeSync(fd, frame, written, frame.length - written);
   } catch (err) {
     const code = typeof err === "object" && err !== null && "code" in err ? String(err.code) : undefined;
@@ -208,11 +215,13 @@ function append(fd: number, frame: Buffer): void {
       message: err instanceof Error ? err.message : String(err),
       written,
     } satisfies LaneFailure;
+  } finally {
+    if (typeof target === "string" && fd >= 0) closeSync(fd);
   }
 }
 
 /** Compresses into `out`, appends the frame to `fd`, and leaves in `out` only the frame's length (u32). */
-async function compressAppend(codec: number, fd: number, input: Buffer, out: Output): Promise<number> {
+async function compressAppend(codec: number, fd: AppendTarget, input: Buffer, out: Output): Promise<number> {
   const start = out.end;
   let length: number;
   try {
@@ -248,7 +257,8 @@ async function run(batch: LaneBatch): Promise<LaneReply> {
   for (let i = 0, at = 0; i < count; i++, at += JOB_FIELDS) {
     const op = LANE_OPS[jobs[at] ?? -1];
     const arg = jobs[at + 1] ?? 0;
-    const fd = jobs[at + 2] ?? -1;
+    const field = jobs[at + 2] ?? -1;
+    const fd = field <= PATH_TARGET ? (batch.paths[PATH_TARGET - field] ?? "") : field;
     const source = jobs[at + 3] ?? -1;
     const offset = jobs[at + 4] ?? 0;
     const length = jobs[at + 5] ?? 0;

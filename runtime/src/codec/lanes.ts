@@ -19,7 +19,7 @@ export const LANE_OPS: readonly LaneOp[] = ["compress", "decompress", "append", 
 
 /**
  * One message to a lane: `jobs` holds JOB_FIELDS integers per job; inputs lie end to end in `data`, or where they
- * are in `inPlace`: shared memory (see sharedCopy), or memory the caller gave up, moved with the message.
+ * are in `inPlace`: shared memory (a route reply, a hot buffer's pooled block), or memory the caller gave up, moved with the message.
  */
 export interface LaneBatch {
   readonly id: number;
@@ -31,10 +31,16 @@ export interface LaneBatch {
   readonly jobs: Int32Array<ArrayBuffer>;
   readonly data: ArrayBuffer;
   readonly inPlace: readonly (SharedArrayBuffer | ArrayBuffer)[];
+  /** Files an append names by path (a descriptor field of PATH_TARGET - i names paths[i]), opened for it alone. */
+  readonly paths: readonly string[];
   /** Route replies' memory the event loop is done with, for the lane's next replies (see recycle). */
   readonly spares: readonly SharedWasmMemory[];
 }
 export const JOB_FIELDS = 6;
+/** A job's descriptor field at or below this names a path (see LaneBatch.paths); -1 names no file. */
+export const PATH_TARGET = -2;
+/** Where an append lands: an open descriptor, or the path of a file with none (a parked file), opened for the append. */
+export type AppendTarget = number | string;
 const ROUTE = LANE_OPS.indexOf("route");
 const IN_DATA = -1;
 /** The source of an input in pieces (see LaneBatch.jobs). */
@@ -88,60 +94,6 @@ export class ReplyLeases {
     if (this.#readers.has(memory)) this.#recycled.add(memory);
     else this.#giveBack(memory);
   }
-}
-
-const SHARED_CHUNK = 4 << 20;
-/** Chunks kept for reuse once every copy in them is released (128 MiB at most); never more than were in use at once. */
-const IDLE_CHUNKS = 32;
-
-/** A chunk of shared memory copies are carved from, and how many of them are not yet released. */
-interface SharedChunk {
-  readonly memory: SharedArrayBuffer;
-  live: number;
-}
-
-let sharedChunk: SharedChunk | undefined;
-let sharedUsed = 0;
-const idleChunks: SharedChunk[] = [];
-/** The copies carved from a chunk and not yet released, each with its chunk. */
-const issued = new WeakMap<Uint8Array, SharedChunk>();
-
-/**
- * A copy of `bytes` in memory the lanes share, so a job given it reads it where it lies rather than from a copy in
- * its message: what a hot buffer flushes is copied once on the event loop, not twice. Copies are carved from 4 MiB
- * chunks. A chunk whose copies were all released (releaseShared) is carved again; one with a copy never released is
- * freed by the collector once nothing references it. V8 does not count shared memory towards its collections, so
- * fresh chunks (1.4 GB of them on the 2M-record bench, each zeroed and faulted in) waited for collections that other
- * memory started.
- */
-export function sharedCopy(bytes: Buffer): Buffer {
-  const n = bytes.length;
-  if (n > SHARED_CHUNK / 4) return copyInto(Buffer.from(new SharedArrayBuffer(n)), 0, bytes);
-  if (sharedChunk === undefined || sharedUsed + n > SHARED_CHUNK) {
-    if (sharedChunk !== undefined && sharedChunk.live === 0) idle(sharedChunk);
-    sharedChunk = idleChunks.pop() ?? { memory: new SharedArrayBuffer(SHARED_CHUNK), live: 0 };
-    sharedUsed = 0;
-  }
-  const copy = copyInto(Buffer.from(sharedChunk.memory, sharedUsed, n), 0, bytes);
-  sharedUsed = alignOutput(sharedUsed + n);
-  sharedChunk.live++;
-  issued.set(copy, sharedChunk);
-  return copy;
-}
-
-/**
- * Gives back a copy made by sharedCopy, once no one reads it again: the lane that read it has answered its job. A
- * copy released twice, or a buffer sharedCopy did not return, is ignored, so no chunk is reused under a live copy.
- */
-export function releaseShared(copy: Uint8Array): void {
-  const chunk = issued.get(copy);
-  if (chunk === undefined) return;
-  issued.delete(copy);
-  if (--chunk.live === 0 && chunk !== sharedChunk) idle(chunk);
-}
-
-function idle(chunk: SharedChunk): void {
-  if (idleChunks.length < IDLE_CHUNKS) idleChunks.push(chunk);
 }
 
 /**
@@ -203,7 +155,7 @@ class Lane {
   #queued: {
     op: number;
     arg: number;
-    fd: number;
+    fd: AppendTarget;
     input: Uint8Array | readonly Uint8Array[];
     inPlace: boolean;
     moved: boolean;
@@ -235,7 +187,7 @@ class Lane {
   add(
     op: number,
     arg: number,
-    fd: number,
+    fd: AppendTarget,
     input: Uint8Array | readonly Uint8Array[],
     moved: boolean,
     job: LaneJob,
@@ -267,6 +219,7 @@ class Lane {
     this.#queuedBytes = 0;
     const jobs = new Int32Array(queued.length * JOB_FIELDS);
     const inPlace: (SharedArrayBuffer | ArrayBuffer)[] = [];
+    const paths: string[] = [];
     const transfer: ArrayBuffer[] = [data.buffer, jobs.buffer];
     let offset = 0;
     let at = 0;
@@ -283,7 +236,7 @@ class Lane {
       const input = q.input;
       jobs[at++] = q.op;
       jobs[at++] = q.arg;
-      jobs[at++] = q.fd;
+      jobs[at++] = typeof q.fd === "number" ? q.fd : PATH_TARGET - (paths.push(q.fd) - 1);
       if (!(input instanceof Uint8Array)) {
         const rows: number[] = [];
         for (const piece of input) {
@@ -317,7 +270,10 @@ class Lane {
     const id = this.#nextId++;
     this.#sent.set(id, { jobs: queued.map((q) => q.job), routes: queued.filter((q) => q.op === ROUTE).length });
     const back = this.spares.splice(0);
-    this.worker.postMessage({ id, jobs, data: data.buffer, inPlace, spares: back } satisfies LaneBatch, transfer);
+    this.worker.postMessage(
+      { id, jobs, data: data.buffer, inPlace, paths, spares: back } satisfies LaneBatch,
+      transfer,
+    );
   }
 
   #settle(reply: LaneReply): void {
@@ -391,12 +347,23 @@ class Lanes {
    * then reads where it is, moved with the message rather than copied into it.
    */
   run(op: "compress" | "decompress" | "route", arg: number, input: Uint8Array, moved = false): Promise<Buffer> {
-    const index = LANE_OPS.indexOf(op);
+    return this.#add(this.#leastLoaded(op), LANE_OPS.indexOf(op), arg, -1, input, moved);
+  }
+
+  #leastLoaded(op: LaneOp): number {
     const weigh = (lane: Lane | undefined): number =>
-      index === ROUTE ? (lane?.routes ?? 0) * 1e9 + (lane?.load ?? 0) : (lane?.load ?? 0);
+      op === "route" ? (lane?.routes ?? 0) * 1e9 + (lane?.load ?? 0) : (lane?.load ?? 0);
     let best = 0;
     for (let i = 1; i < this.#size; i++) if (weigh(this.#lanes[i]) < weigh(this.#lanes[best])) best = i;
-    return this.#add(best, index, arg, -1, input, moved);
+    return best;
+  }
+
+  /**
+   * The lane of an append: a descriptor's own, so its appends keep their order; a path's, the least loaded (its
+   * writer waits for each append before the next, so order holds on any lane).
+   */
+  #laneOf(target: AppendTarget, op: LaneOp): number {
+    return typeof target === "number" ? target % this.#size : this.#leastLoaded(op);
   }
 
   /**
@@ -424,9 +391,9 @@ class Lanes {
     this.#leases.release(m);
   }
 
-  /** Appends `frame` at the end of `fd` (opened for append), always on the same lane, so appends keep their order. */
-  append(fd: number, frame: Uint8Array): Promise<Buffer> {
-    return this.#add(fd % this.#size, LANE_OPS.indexOf("append"), 0, fd, frame, false);
+  /** Appends `frame` at the end of `target` (a descriptor opened for append, always on its own lane, or a path). */
+  append(target: AppendTarget, frame: Uint8Array): Promise<Buffer> {
+    return this.#add(this.#laneOf(target, "append"), LANE_OPS.indexOf("append"), 0, target, frame, false);
   }
 
   /**
@@ -436,8 +403,9 @@ class Lanes {
    * travels back: per flush one hand-off rather than two, and on a thousand destinations the flushes' hand-offs were
    * most of the event loop's work.
    */
-  async compressAppend(fd: number, arg: number, input: readonly Uint8Array[]): Promise<number> {
-    const length = await this.#add(fd % this.#size, LANE_OPS.indexOf("compressAppend"), arg, fd, input, false);
+  async compressAppend(target: AppendTarget, arg: number, input: readonly Uint8Array[]): Promise<number> {
+    const op = LANE_OPS.indexOf("compressAppend");
+    const length = await this.#add(this.#laneOf(target, "compressAppend"), op, arg, target, input, false);
     return length.readUInt32LE(0);
   }
 
@@ -445,7 +413,7 @@ class Lanes {
     at: number,
     op: number,
     arg: number,
-    fd: number,
+    fd: AppendTarget,
     input: Uint8Array | readonly Uint8Array[],
     moved: boolean,
   ): Promise<Buffer> {

@@ -418,7 +418,9 @@ const archiveSchema = z
       .meta({ derivedDefault: "300 while offsets are held (kafka with acknowledgements) or on grpc, else 3600" }),
     max_writers: count()
       .default(1024)
-      .describe("Open archive writers, one per destination; past it the least recently used one closes."),
+      .describe(
+        "Archive writers holding a file descriptor, one per destination; past it the least recently used one parks: its descriptor closes and its file stays in progress until it rolls.",
+      ),
     multipart_chunk_size: z
       .number()
       .int()

@@ -40,6 +40,7 @@ export interface Metrics {
   readonly uploadsPending: Gauge;
   readonly stagedBytes: Gauge;
   readonly writersOpen: Gauge;
+  readonly writersParked: Gauge;
   readonly scalingPressure: Gauge;
   readonly selfRegulationPaused: Gauge;
   readonly sinkCircuitOpen: Gauge;
@@ -72,7 +73,10 @@ export function createMetrics(opts: { namespace?: string | undefined; defaultMet
     filesCreated: counter("files_created_total", "Archive files created"),
     filesClosed: counter("files_closed_total", "Archive files closed (rolled)"),
     archiveRoll: counter("archive_roll_total", "Archive files rolled, by trigger", ["trigger"]),
-    writerEvictions: counter("writer_evictions_total", "Writers closed because archive.max_writers was reached"),
+    writerEvictions: counter(
+      "writer_evictions_total",
+      "Writers parked (descriptor closed, file kept in progress) because archive.max_writers was reached",
+    ),
     hotBufferEvictions: counter(
       "hot_buffer_evictions_total",
       "Hot buffers flushed early because a record for another destination needed their slot",
@@ -117,6 +121,10 @@ export function createMetrics(opts: { namespace?: string | undefined; defaultMet
     uploadsPending: gauge("uploads_pending", "Archive files staged locally and not yet confirmed by the store"),
     stagedBytes: gauge("staged_bytes", "Bytes of archive files staged locally and not yet uploaded"),
     writersOpen: gauge("writers_open", "Open archive writers"),
+    writersParked: gauge(
+      "writers_parked",
+      "Writers past archive.max_writers whose file stays in progress with its descriptor closed",
+    ),
     scalingPressure: gauge("scaling_pressure", "Scaling pressure composite, 0-100"),
     selfRegulationPaused: gauge("self_regulation_paused", "1 while the self-regulation latch has intake paused"),
     sinkCircuitOpen: gauge(

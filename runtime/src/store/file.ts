@@ -1,12 +1,12 @@
 // Local file system backend (file:///abs/path). A file is durable once it, and every directory from it up to the
 // destination root, is synced; a root the archiver had to create is also synced into the nearest parent that was
 // already there, so a node crash after the commit cannot lose the file or the path to it.
-import fs from "node:fs";
+import fs, { constants } from "node:fs";
 import { link, mkdir, open, unlink, type FileHandle } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Codec } from "../codec/index.ts";
-import { codecLanes, type LaneFailure } from "../codec/lanes.ts";
+import { codecLanes, type AppendTarget, type LaneFailure } from "../codec/lanes.ts";
 import { ArchiverError, type ErrorKind } from "../errors.ts";
 import type { PartialJournal } from "./partials.ts";
 import type { ArchiveFile, ArchiveStore, FileMeta } from "./types.ts";
@@ -27,6 +27,8 @@ const ERRNO_KIND: ReadonlyMap<string, ErrorKind> = new Map<string, ErrorKind>([
   ["EISDIR", "permanent"],
   ["ENOTDIR", "permanent"],
   ["EINVAL", "permanent"],
+  // A file the archiver created and is writing is gone (removed behind its back): no retry brings its frames back.
+  ["ENOENT", "permanent"],
 ]);
 
 /** The errno code of a file system error. */
@@ -122,6 +124,8 @@ class LocalFile implements ArchiveFile {
   readonly #dirs: readonly string[];
   readonly #store: FileStore;
   #handle: FileHandle | undefined;
+  /** Parked: the descriptor is closed, the file still in progress (see ArchiveFile.park). */
+  #parked = false;
   #size = 0;
   #completed = false;
 
@@ -138,26 +142,58 @@ class LocalFile implements ArchiveFile {
     return this.#size;
   }
 
-  #live(op: string): FileHandle {
-    if (this.#handle === undefined) {
+  /** The file's handle, opened again when parked. */
+  async #live(op: string): Promise<FileHandle> {
+    if (this.#handle !== undefined) return this.#handle;
+    if (!this.#parked) {
       throw new ArchiverError("file_closed", `${op} ${this.#path}: the file is already closed`, "permanent");
     }
+    try {
+      // No O_CREAT: a file removed while parked must fail its write, not start again empty under its name.
+      this.#handle = await open(this.#partial, constants.O_WRONLY | constants.O_APPEND);
+    } catch (err) {
+      throw fsError(err, "reopen", this.#path);
+    }
+    this.#parked = false;
     return this.#handle;
+  }
+
+  async park(): Promise<void> {
+    const handle = this.#handle;
+    if (handle === undefined) return;
+    this.#handle = undefined;
+    this.#parked = true;
+    try {
+      await handle.close();
+    } catch (err) {
+      this.#parked = false;
+      throw fsError(err, "park", this.#path);
+    }
   }
 
   async append(frame: Buffer): Promise<void> {
     // On a codec lane, batched with every other file's appends of this turn (see codec/lanes.ts). The file is
     // opened for append and the writer sends one append at a time, so the frame lands whole at the end.
-    const fd = this.#live("append").fd;
     await this.#landed(
       codecLanes()
-        .append(fd, frame)
+        .append(this.#target(), frame)
         .then(() => frame.length),
     );
   }
 
   appendCompressed(codec: Codec, raw: readonly Buffer[]): Promise<number> {
-    return this.#landed(codec.compressAppend(this.#live("append").fd, raw));
+    return this.#landed(codec.compressAppend(this.#target(), raw));
+  }
+
+  /**
+   * Where an append lands: the open descriptor, or, parked, the file's path, which the lane opens for that append
+   * alone: a parked file takes its frames with no descriptor kept and nothing asked of the event loop's file system
+   * calls (an open and a close a flush, through libuv's pool, cost more than the flush).
+   */
+  #target(): AppendTarget {
+    if (this.#handle !== undefined) return this.#handle.fd;
+    if (this.#parked) return this.#partial;
+    throw new ArchiverError("file_closed", `append ${this.#path}: the file is already closed`, "permanent");
   }
 
   /** Counts what an append on a lane put on the file; a failure names the file (a codec's refusal passes as is). */
@@ -179,7 +215,7 @@ class LocalFile implements ArchiveFile {
   }
 
   async truncate(size: number): Promise<void> {
-    const handle = this.#live("truncate");
+    const handle = await this.#live("truncate");
     try {
       await handle.truncate(size);
     } catch (err) {
@@ -189,7 +225,7 @@ class LocalFile implements ArchiveFile {
   }
 
   async complete(_meta: FileMeta): Promise<void> {
-    const handle = this.#live("complete");
+    const handle = await this.#live("complete");
     this.#handle = undefined;
     try {
       try {

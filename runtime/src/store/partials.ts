@@ -155,7 +155,9 @@ export class PartialJournal {
     await this.#closeLog();
     this.#fd = fd;
     this.#file = file;
-    this.#bytes = head.length;
+    // Counted from after the head: with a head past the rotation size (a hundred thousand files in progress), a count
+    // that included it rotated again at every write.
+    this.#bytes = 0;
     if (before !== undefined) await unlink(before).catch((err: unknown) => this.#warn(err));
   }
 

@@ -173,6 +173,10 @@ class StagedFile implements ArchiveFile {
     await this.#staging(() => this.#local.truncate(size));
   }
 
+  park(): Promise<void> {
+    return this.#local.park();
+  }
+
   async complete(meta: FileMeta): Promise<void> {
     const json: ManifestJson = {
       version: 1,

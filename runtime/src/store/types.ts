@@ -33,6 +33,12 @@ export interface ArchiveFile {
   appendCompressed(codec: Codec, raw: readonly Buffer[]): Promise<number>;
   /** Cuts the file back to `size` bytes: a failed append is cut back to the last whole block before a retry. */
   truncate(size: number): Promise<void>;
+  /**
+   * Closes the file's descriptor while the file stays in progress: the next append, truncate or complete opens it
+   * again. Writers past archive.max_writers park their files, so a destination whose writer was evicted keeps one
+   * file per roll rather than one per flush. On rejection the file no longer holds its descriptor.
+   */
+  park(): Promise<void>;
   /** Resolves once the file is durable (synced / uploaded). On rejection the file no longer holds its handle. */
   complete(meta: FileMeta): Promise<void>;
   /** Gives the file up: releases it and removes what was written. */

@@ -19,6 +19,7 @@ interface Hooks {
   append?: (f: MemFile, frame: Buffer) => Promise<void> | void;
   truncate?: (f: MemFile) => void;
   complete?: (f: MemFile) => Promise<void> | void;
+  park?: (f: MemFile) => Promise<void> | void;
 }
 
 class MemFile implements ArchiveFile {
@@ -28,6 +29,12 @@ class MemFile implements ArchiveFile {
   appending = 0;
   maxAppending = 0;
   state: "open" | "done" | "failed" | "abandoned" = "open";
+  /** Its descriptor is closed (parked); the next append, truncate or complete opens it again. */
+  parked = false;
+  /** Times it was opened again after a park (to cut it back or to complete it). */
+  reopens = 0;
+  /** Frames it took while parked: by its path, with no descriptor kept. */
+  parkedAppends = 0;
   meta: FileMeta | undefined;
 
   constructor(store: MemStore, relPath: string) {
@@ -41,6 +48,7 @@ class MemFile implements ArchiveFile {
 
   async append(frame: Buffer): Promise<void> {
     assert.equal(this.state, "open", `append to ${this.state} ${this.relPath}`);
+    if (this.parked) this.parkedAppends++;
     this.maxAppending = Math.max(this.maxAppending, ++this.appending);
     try {
       await this.#store.hooks.append?.(this, frame);
@@ -56,7 +64,22 @@ class MemFile implements ArchiveFile {
     return frame.length;
   }
 
+  #reopen(): void {
+    if (!this.parked) return;
+    this.parked = false;
+    this.reopens++;
+    this.#store.countOpen();
+  }
+
+  async park(): Promise<void> {
+    assert.equal(this.state, "open");
+    await this.#store.hooks.park?.(this);
+    this.parked = true;
+    this.#store.log.push(`park ${this.relPath}`);
+  }
+
   async truncate(size: number): Promise<void> {
+    this.#reopen();
     this.#store.hooks.truncate?.(this);
     this.data = this.data.subarray(0, size);
   }
@@ -64,6 +87,7 @@ class MemFile implements ArchiveFile {
   async complete(meta: FileMeta): Promise<void> {
     assert.equal(this.state, "open");
     assert.equal(this.appending, 0, "complete while an append is in flight");
+    this.#reopen();
     this.#store.log.push(`complete ${this.relPath}`);
     try {
       await this.#store.hooks.complete?.(this);
@@ -86,7 +110,7 @@ class MemStore implements ArchiveStore {
   readonly files: MemFile[] = [];
   readonly log: string[] = [];
   hooks: Hooks = {};
-  /** Most files open (not yet done, failed or abandoned) at once. */
+  /** Most files holding a descriptor (open, not parked) at once. */
   maxOpen = 0;
 
   async open(relPath: string): Promise<ArchiveFile> {
@@ -95,8 +119,12 @@ class MemStore implements ArchiveStore {
     const f = new MemFile(this, relPath);
     this.files.push(f);
     this.log.push(`open ${relPath}`);
-    this.maxOpen = Math.max(this.maxOpen, this.files.filter((x) => x.state === "open").length);
+    this.countOpen();
     return f;
+  }
+
+  countOpen(): void {
+    this.maxOpen = Math.max(this.maxOpen, this.files.filter((x) => x.state === "open" && !x.parked).length);
   }
 
   file(prefix: string): MemFile[] {
@@ -180,26 +208,28 @@ test("every token expands, and the extension and suffix are the caller's", async
   );
 });
 
-test("two replicas, or an evicted writer beside its replacement, never pick the same name", async () => {
+test("two replicas, or a parked file rolled beside its destination's next file, never pick the same name", async () => {
   const store = new MemStore();
-  const a = setup({ maxWriters: 1, instanceId: "aaaaaa" }, store);
+  const a = setup({ maxWriters: 1, instanceId: "aaaaaa", rollIntervalSecs: 60 }, store);
   const b = setup({ instanceId: "bbbbbb" }, store);
   let releaseClose!: () => void;
   const closeHeld = new Promise<void>((r) => (releaseClose = r));
-  store.hooks.complete = (f) => (f.relPath.startsWith("d/") && f.relPath.includes("_1.") ? closeHeld : undefined);
+  store.hooks.complete = (f) => (f.relPath.startsWith("d/") && f.relPath.includes("aaaaaa_1.") ? closeHeld : undefined);
   await a.pool.append("d", frame("1"), 1, 1, 0);
   await b.pool.append("d", frame("2"), 1, 1, 1);
-  const other = a.pool.append("e", frame("3"), 1, 1, 2); // evicts d's writer, whose close is held
-  const again = a.pool.append("d", frame("4"), 1, 1, 3); // a new writer for d, waiting for a place
+  await a.pool.append("e", frame("3"), 1, 1, 2); // parks d's writer
+  a.advance(61_000);
+  a.pool.tick(); // d's parked file rolls, its complete held
+  const again = a.pool.append("d", frame("4"), 1, 1, 3); // d's next file, behind that roll
   await turns();
   releaseClose();
-  await Promise.all([other, again]);
+  await again;
   await Promise.all([a.pool.closeAll(), b.pool.closeAll()]);
   const names = store.file("d/").map((f) => f.relPath);
   assert.deepEqual(names, [
     "d/2026/12/02/13-000001-aaaaaa_1.jsonl.zst",
     "d/2026/12/02/13-000001-bbbbbb_1.jsonl.zst",
-    "d/2026/12/02/13-000001-aaaaaa_3.jsonl.zst",
+    "d/2026/12/02/14-000002-aaaaaa_1.jsonl.zst",
   ]);
 });
 
@@ -278,66 +308,107 @@ test("tick rolls a file once it is roll_interval_secs old, counted from its open
 
 // ---- the writer cap ----
 
-test("past max_writers the least recently used writer is evicted, its file completing as on a roll", async () => {
+test("past max_writers the least recently used writer parks: its file stays in progress and takes the next flush", async () => {
   const store = new MemStore();
   const { pool, metrics, completed } = setup({ maxWriters: 2 }, store);
   let t = 0;
-  for (const d of ["d1", "d2", "d1", "d3", "d4", "d5", "d4"]) {
+  for (const d of ["d1", "d2", "d1", "d3", "d4", "d5", "d4", "d2", "d1"]) {
     await pool.append(d, frame(`${d};`), 1, 1, t++);
     assert.ok(pool.stats().writers + pool.stats().closing <= 2);
   }
   await turns();
-  // d1 was used after d2, so d2 goes first; then d1, then d3.
-  assert.deepEqual(
-    completed.map((c) => [c.destination, c.tickets]),
-    [
-      ["d2", [1]],
-      ["d1", [0, 2]],
-      ["d3", [3]],
-    ],
-  );
-  assert.deepEqual(pool.stats(), { writers: 2, closing: 0 });
+  // Nothing completes on an eviction: one file per destination, parked and opened again as its flushes come.
+  assert.equal(completed.length, 0);
+  assert.equal(store.files.length, 5);
   assert.equal(store.maxOpen, 2);
+  // d1 was used after d2, so d2 parks first (for d3), then d1 (for d4), then d3 (for d5); d2's and d1's last
+  // flushes go to their parked files, taking no place.
   assert.equal(await value(metrics.writerEvictions), 3);
-  assert.equal(await value(metrics.archiveRoll, { trigger: "evict" }), 3);
+  assert.equal(await value(metrics.archiveRoll, { trigger: "evict" }), 0);
+  assert.deepEqual(pool.stats(), { writers: 2, closing: 0, parked: 3 });
   assert.equal((await metrics.writersOpen.get()).values[0]?.value, 2);
-  await pool.closeAll();
+  assert.equal((await metrics.writersParked.get()).values[0]?.value, 3);
   assert.deepEqual(
-    completed
-      .slice(3)
-      .map((c) => [c.destination, c.tickets])
-      .sort(),
-    [
-      ["d4", [4, 6]],
-      ["d5", [5]],
-    ],
+    store.files.filter((f) => f.parkedAppends > 0).map((f) => f.relPath.split("/")[0]),
+    ["d1", "d2"],
   );
-  assert.deepEqual(pool.stats(), { writers: 0, closing: 0 });
+  await pool.closeAll();
+  assert.deepEqual(completed.map((c) => [c.destination, c.tickets]).sort(), [
+    ["d1", [0, 2, 8]],
+    ["d2", [1, 7]],
+    ["d3", [3]],
+    ["d4", [4, 6]],
+    ["d5", [5]],
+  ]);
+  assert.ok(store.files.every((f) => f.state === "done"));
+  assert.equal(store.maxOpen, 2, "a parked file completing at shutdown still counts under the cap");
+  assert.deepEqual(pool.stats(), { writers: 0, closing: 0, parked: 0 });
 });
 
-test("a writer still closing keeps its place: a write for a new destination waits for that close", async () => {
+test("a parked file rolls at its age like an open one, and its destination's next flush opens a new file", async () => {
+  const store = new MemStore();
+  const { pool, completed, advance } = setup({ maxWriters: 1, rollIntervalSecs: 60 }, store);
+  await pool.append("d1", frame("1"), 1, 1, 0);
+  await pool.append("d2", frame("2"), 1, 1, 1); // parks d1
+  await turns();
+  advance(61_000);
+  pool.tick();
+  await turns();
+  assert.deepEqual(completed.map((c) => [c.destination, c.tickets]).sort(), [
+    ["d1", [0]],
+    ["d2", [1]],
+  ]);
+  // d1's roll took d2's place (its file had rolled too) and gave it back: no writer is left.
+  assert.deepEqual(pool.stats(), { writers: 0, closing: 0, parked: 0 });
+  await pool.append("d1", frame("3"), 1, 1, 2);
+  await pool.closeAll();
+  assert.equal(store.file("d1/").length, 2);
+  assert.deepEqual(completed.at(-1)?.tickets, [2]);
+  assert.equal(store.maxOpen, 1);
+});
+
+test("a writer still parking keeps its place: a write for a new destination waits for that park", async () => {
   const store = new MemStore();
   const { pool, completed } = setup({ maxWriters: 2 }, store);
   let release!: () => void;
-  store.hooks.complete = (f) => (f.relPath.startsWith("d1/") ? new Promise<void>((r) => (release = r)) : undefined);
+  store.hooks.park = (f) => (f.relPath.startsWith("d1/") ? new Promise<void>((r) => (release = r)) : undefined);
   await pool.append("d1", frame("1"), 1, 1, 0);
   await pool.append("d2", frame("2"), 1, 1, 1);
   let landed = false;
   const third = pool.append("d3", frame("3"), 1, 1, 2).then(() => (landed = true));
   await turns();
   assert.equal(landed, false);
-  assert.deepEqual(pool.stats(), { writers: 1, closing: 1 });
-  assert.equal(store.file("d3/").length, 0, "d3 opened while d1 was still closing");
-  assert.equal(completed.length, 0);
+  assert.deepEqual(pool.stats(), { writers: 1, closing: 1, parked: 1 });
+  assert.equal(store.file("d3/").length, 0, "d3 opened while d1 was still parking");
   release();
   await third;
   const at = (line: string) => store.log.findIndex((l) => l.startsWith(line));
-  assert.ok(at("durable d1/") >= 0 && at("durable d1/") < at("open d3/"));
-  assert.deepEqual(
-    completed.map((c) => c.destination),
-    ["d1"],
-  );
+  assert.ok(at("park d1/") >= 0 && at("park d1/") < at("open d3/"));
+  assert.equal(completed.length, 0);
   await pool.closeAll();
+  assert.equal(completed.length, 3);
+});
+
+test("a file that cannot be parked is reported errored and given up; its destination starts a new file", async () => {
+  const store = new MemStore();
+  const { pool, completed, metrics } = setup({ maxWriters: 1 }, store);
+  store.hooks.park = () => {
+    throw new ArchiverError("EIO", "close failed", "retryable");
+  };
+  await pool.append("d1", frame("1"), 1, 1, 0);
+  await pool.append("d2", frame("2"), 1, 1, 1);
+  await turns();
+  assert.deepEqual(
+    completed.map((c) => [c.destination, c.outcome, c.tickets]),
+    [["d1", "errored", [0]]],
+  );
+  assert.equal(store.file("d1/")[0]?.state, "abandoned");
+  assert.equal(await value(metrics.archiveErrors), 1);
+  store.hooks.park = undefined;
+  await pool.append("d1", frame("3"), 1, 1, 2);
+  await pool.closeAll();
+  assert.equal(store.file("d1/").length, 2);
+  assert.deepEqual(completed.filter((c) => c.destination === "d1").at(-1)?.tickets, [2]);
 });
 
 // ---- ordering and reporting ----
@@ -480,17 +551,13 @@ test("closeAll lets accepted appends land, a waiting writer's included, complete
   ];
   await pool.closeAll();
   await Promise.all(accepted);
-  assert.deepEqual(
-    completed.map((c) => [c.destination, c.tickets]),
-    [
-      ["a", [0]],
-      ["b", [1]],
-      ["a", [2]],
-    ],
-  );
+  assert.deepEqual(completed.map((c) => [c.destination, c.tickets]).sort(), [
+    ["a", [0, 2]],
+    ["b", [1]],
+  ]);
   assert.ok(store.files.every((f) => f.state === "done"));
-  assert.deepEqual(pool.stats(), { writers: 0, closing: 0 });
-  assert.equal(await value(metrics.archiveRoll, { trigger: "shutdown" }), 1);
+  assert.deepEqual(pool.stats(), { writers: 0, closing: 0, parked: 0 });
+  assert.equal(await value(metrics.archiveRoll, { trigger: "shutdown" }), 2);
   await assert.rejects(pool.append("a", frame("late"), 1, 1, 3), { code: "writers_closed" });
 });
 

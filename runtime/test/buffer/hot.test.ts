@@ -1,12 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import {
-  HotBufferPool,
-  HOT_BUFFER_COUNT,
-  joined,
-  type BufferedRecords,
-  type FlushBatch,
-} from "../../src/buffer/hot.ts";
+import { HotBufferPool, hotBufferBounds, joined, type BufferedRecords, type FlushBatch } from "../../src/buffer/hot.ts";
 import { OffsetTracker } from "../../src/delivery/tracker.ts";
 
 function pool(over: Partial<ConstructorParameters<typeof HotBufferPool>[0]> = {}) {
@@ -70,27 +64,47 @@ test("a buffer flushes at flush_records and at flush_age", () => {
   assert.equal(flushed[1]?.destination, "e");
 });
 
-test("at most 64 destinations buffer at once: the least recently used flushes first", () => {
-  const { p, flushed } = pool();
-  for (let d = 0; d < HOT_BUFFER_COUNT; d++) p.add(`d${d}`, 0, rec(d, "x"));
+test("buffers are bounded by bytes: thousands of destinations buffer at once under the bound", () => {
+  const { p, flushed } = pool({ capBytes: 2 ** 30, flushBytes: 1 << 20 });
+  for (let d = 0; d < 10_000; d++) p.add(`d${d}`, 0, rec(d, "x".repeat(100)));
+  assert.equal(flushed.length, 0);
+  assert.equal(p.stats().buffers, 10_000);
+  // Half the cap (a quarter of a 512 MiB limit), at most 128 flush_bytes; one buffer a 2 KiB share.
+  assert.deepEqual(hotBufferBounds(128 << 20, 1 << 20), { bytes: 64 << 20, buffers: 32_768 });
+  assert.deepEqual(hotBufferBounds(2 ** 40, 1 << 20), { bytes: 128 << 20, buffers: 65_536 });
+  assert.deepEqual(hotBufferBounds(4 << 20, 1 << 20), { bytes: 2 << 20, buffers: 1024 });
+  assert.deepEqual(hotBufferBounds(16 << 10, 1 << 20), { bytes: 8 << 10, buffers: 64 });
+});
+
+test("past the count the bound allows, the least recently used buffer flushes first", () => {
+  // A 256 KiB cap, a 128 KiB bound: 64 buffers.
+  const { p, flushed } = pool({ capBytes: 256 << 10 });
+  for (let d = 0; d < 64; d++) p.add(`d${d}`, 0, rec(d, "x"));
   p.add("d0", 0, rec(100, "again")); // d0 is now the most recent; d1 the least
   p.add("new", 0, rec(101, "z"));
   assert.equal(flushed.length, 1);
   assert.equal(flushed[0]?.destination, "d1");
   assert.equal(flushed[0]?.trigger, "evict");
-  assert.equal(p.stats().buffers, HOT_BUFFER_COUNT);
+  assert.equal(p.stats().buffers, 64);
 });
 
-test("past the shared cap the largest buffers flush first", () => {
-  const { p, flushed } = pool({ capBytes: 100 });
+test("past the bound the largest buffers flush first, down to three quarters of it", () => {
+  // A 200-byte cap: a 100-byte bound.
+  const { p, flushed } = pool({ capBytes: 200 });
   p.add("small", 0, rec(0, "x".repeat(10)));
-  p.add("big", 0, rec(1, "y".repeat(60)));
-  p.add("mid", 0, rec(2, "z".repeat(40)));
+  p.add("mid", 0, rec(1, "z".repeat(30)));
+  p.add("big", 0, rec(2, "y".repeat(40)));
+  assert.equal(flushed.length, 0);
+  p.add("tiny", 0, rec(3, "w".repeat(20)));
+  // 104 bytes: big (41) alone leaves 63, under 75.
   assert.deepEqual(
     flushed.map((b) => [b.destination, b.trigger]),
     [["big", "cap"]],
   );
-  assert.ok(p.stats().bytes <= 100);
+  assert.equal(p.stats().bytes, 63);
+  p.add("small", 0, rec(4, "v".repeat(30)));
+  // 94 bytes, under the bound: nothing more.
+  assert.equal(flushed.length, 1);
 });
 
 test("a revoked partition's buffered records are discarded before any write", () => {
@@ -198,4 +212,23 @@ test("pieces and copies keep the records' order, through a limit and a revocatio
   p.flushAll();
   assert.deepEqual(lines(flushed[2]!), ["a0", "a1", "a2"]);
   assert.deepEqual([...flushed[2]!.offsets], [0, 1, 2]);
+});
+
+test("shed flushes the largest buffers down to half of what all of them hold", () => {
+  const { p, flushed } = pool();
+  p.add("a", 0, rec(0, "x".repeat(49)));
+  p.add("b", 0, rec(1, "y".repeat(29)));
+  p.add("c", 0, rec(2, "z".repeat(19)));
+  p.shed(); // 100 bytes: a (50) alone leaves 50
+  assert.deepEqual(
+    flushed.map((b) => [b.destination, b.trigger]),
+    [["a", "cap"]],
+  );
+  p.shed();
+  p.shed();
+  assert.deepEqual(
+    flushed.map((b) => b.destination),
+    ["a", "b", "c"],
+  );
+  assert.deepEqual(p.stats(), { buffers: 0, bytes: 0, records: 0 });
 });

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { createCodec } from "../../src/codec/index.ts";
 import { viewsOf } from "../../src/buffer/hot.ts";
-import { codecLanes, copyInto, releaseShared, ReplyLeases, sharedCopy } from "../../src/codec/lanes.ts";
+import { codecLanes, copyInto, ReplyLeases } from "../../src/codec/lanes.ts";
 import { encodeRouteBlock, readRouted, routeBlock, type Routed, type RouteSpec } from "../../src/route/block.ts";
 import { createFileStore } from "../../src/store/file.ts";
 import type { RecordsBatch } from "../../src/transport/types.ts";
@@ -141,41 +141,6 @@ test("lanes started ahead of any job leave the process free to exit, idle or aft
     assert.equal(r.error, undefined, `the process did not exit (job: ${job || "none"})`);
     assert.equal(r.status, 0, r.stderr.toString());
   }
-});
-
-/** Megabyte copies, a quarter of a shared chunk each, every byte `fill`. */
-const megabyte = (fill: number): Buffer => sharedCopy(Buffer.alloc(1 << 20, fill));
-const intact = (copy: Buffer, fill: number): boolean => copy.every((b) => b === fill);
-
-/** Copies until some chunk holds four of them and is no longer the one being carved; returns those four. */
-function fullChunk(fill: number): Buffer[] {
-  const copies: Buffer[] = [];
-  for (;;) {
-    copies.push(megabyte(fill));
-    const last = copies[copies.length - 1] as Buffer;
-    const before = copies.filter((c) => c.buffer !== last.buffer);
-    const first = before[before.length - 1];
-    const mates = before.filter((c) => c.buffer === first?.buffer);
-    if (mates.length === 4) return mates;
-  }
-}
-
-test("a shared chunk whose copies were all released is carved again; one with a copy still held is not", () => {
-  const held = fullChunk(1);
-  // Three released, one of them twice, and one still held: the second release of a copy must not count.
-  for (const c of held.slice(0, 3)) releaseShared(c);
-  releaseShared(held[0] as Buffer);
-  releaseShared(Buffer.alloc(8));
-  const done = fullChunk(2);
-  for (const c of done) releaseShared(c);
-  const later = Array.from({ length: 12 }, (_, i) => megabyte(3 + i));
-  assert.ok(
-    later.some((c) => c.buffer === done[0]?.buffer),
-    "the chunk of released copies was not carved again",
-  );
-  assert.ok(!later.some((c) => c.buffer === held[0]?.buffer), "a chunk with a copy still held was carved again");
-  assert.ok(intact(held[3] as Buffer, 1), "the copy still held was overwritten");
-  later.forEach((c, i) => assert.ok(intact(c, 3 + i), `copy ${i} does not hold what was copied`));
 });
 
 test("copyInto copies shared memory to any offset exactly, and an empty copy touches nothing", () => {

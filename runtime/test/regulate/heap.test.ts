@@ -28,13 +28,27 @@ test("a process given a limit restarts itself once, in place, with the flags", (
     import v8 from "node:v8";
     sizeHeap({ bytes: 512 * 1048576, source: "env" });
     console.log(JSON.stringify({ execArgv: process.execArgv, marker: process.env.${HEAP_SIZED_ENV}, pid: process.pid,
-      limitMiB: v8.getHeapStatistics().heap_size_limit / 1048576 }));`;
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== HEAP_SIZED_ENV));
+      limitMiB: v8.getHeapStatistics().heap_size_limit / 1048576, arenas: process.env.MALLOC_ARENA_MAX,
+      mmap: process.env.MALLOC_MMAP_THRESHOLD_ }));`;
+  const env = Object.fromEntries(
+    Object.entries({ ...process.env, MALLOC_ARENA_MAX: "4" }).filter(
+      ([k]) => k !== HEAP_SIZED_ENV && k !== "MALLOC_MMAP_THRESHOLD_",
+    ),
+  );
   const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", env });
   assert.equal(r.status, 0, r.stderr);
   const lines = r.stdout.trim().split("\n");
   assert.equal(lines.length, 1, "printed once: the restarted process does not restart again");
-  const out = JSON.parse(lines[0] ?? "{}") as { execArgv: string[]; marker: string; pid: number; limitMiB: number };
+  const out = JSON.parse(lines[0] ?? "{}") as {
+    execArgv: string[];
+    marker: string;
+    pid: number;
+    limitMiB: number;
+    arenas: string;
+    mmap: string;
+  };
+  assert.equal(out.arenas, "4", "the operator's own allocator setting wins");
+  assert.equal(out.mmap, "131072");
   assert.ok(out.execArgv.includes("--max-old-space-size=256") && out.execArgv.includes("--max-semi-space-size=8"));
   assert.equal(out.marker, "--max-old-space-size=256 --max-semi-space-size=8");
   assert.equal(out.pid, r.pid, "restarted in place: same pid");

@@ -256,3 +256,50 @@ test("a publishing store keeps a file under a hidden name until it completes", a
   await g.abandon();
   assert.deepEqual(await readdir(join(root, "a/b")), ["file.jsonl.zst"]);
 });
+
+test("a parked file holds no descriptor, takes its next frames by its path, and completes whole", async (t) => {
+  const root = await mkdtemp(join(tmpdir(), "park-"));
+  t.after(() => rm(root, { recursive: true, force: true }));
+  const store = createFileStore(`file://${root}`, { publish: true });
+  const f = await store.open("a/file.jsonl.zst");
+  const partial = join(root, "a/.file.jsonl.zst.partial");
+  const descriptors = async () =>
+    (await readdir("/proc/self/fd")).filter((fd) => {
+      try {
+        return readlinkSync(`/proc/self/fd/${fd}`) === partial;
+      } catch {
+        return false;
+      }
+    }).length;
+  await f.append(Buffer.from("one."));
+  assert.equal(await descriptors(), 1);
+  await f.park();
+  await f.park(); // parking a parked file does nothing
+  assert.equal(await descriptors(), 0);
+  await f.append(Buffer.from("two.")); // by its path, on a lane: no descriptor kept
+  assert.equal(await descriptors(), 0);
+  assert.equal(f.size, 8);
+  await f.truncate(6); // opens it again to cut it back
+  assert.equal(await descriptors(), 1);
+  await f.park();
+  await f.complete({ ...META, blockLengths: [4, 2] });
+  assert.equal(await descriptors(), 0);
+  assert.equal(await readFile(join(root, "a/file.jsonl.zst"), "utf8"), "one.tw");
+  await assert.rejects(f.append(Buffer.from("x")), permanent("file_closed"));
+});
+
+test("a parked file removed behind the archiver's back fails for good by ENOENT, never starting over empty", async (t) => {
+  const root = await mkdtemp(join(tmpdir(), "park-"));
+  t.after(() => rm(root, { recursive: true, force: true }));
+  const store = createFileStore(`file://${root}`, { publish: true });
+  const f = await store.open("a/file.jsonl.zst");
+  await f.append(Buffer.from("one."));
+  await f.park();
+  await rm(join(root, "a/.file.jsonl.zst.partial"));
+  await assert.rejects(
+    f.append(Buffer.from("two.")),
+    (err: unknown) => err instanceof ArchiverError && err.code === "ENOENT" && !err.retryable,
+  );
+  await assert.rejects(f.complete(META), (err: unknown) => err instanceof ArchiverError && err.code === "ENOENT");
+  assert.deepEqual(await readdir(join(root, "a")), []);
+});

@@ -1,0 +1,157 @@
+// Many destinations under a memory limit, beside the 1,000-destination rate of the same run: 10,000 destinations
+// with even traffic, 100,000 (a long tail: about 20 records each), and a skewed workload (orgs by a Zipf law,
+// s = 1.1, over 10,000 orgs x 10 event types). Every row runs under DFE_ARCHIVER_MEMORY_LIMIT_BYTES = 512 MiB but the
+// reference, which runs unconstrained as the pipeline bench's headline does; the 1,000-destination row under the
+// limit is there too, so the limit's own cost is seen apart from the destinations'. Per row: the rate and its ratio
+// to the reference, peak RSS, held-offset bytes per record, flushes, files written with their median and p10 size,
+// and the compression ratio against the 1,000-destination row. A sample of each row's files is read whole by the zstd
+// CLI, so the files stay standard.
+// Usage: node bench/destinations.bench.ts [records]   (default 2,000,000 of about 700 bytes)
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  createTopic,
+  median,
+  produceFile,
+  runArchiver,
+  uniformKeys,
+  writeData,
+  zipfKeys,
+  type KeyPick,
+  type RunResult,
+} from "./support.ts";
+
+const N = Number(process.argv[2] ?? 2_000_000);
+const ROUNDS = 3;
+const LIMIT = 512 * 1024 * 1024;
+const work = mkdtempSync(join(tmpdir(), "dfe-bench-dest-"));
+
+interface Workload {
+  readonly name: string;
+  readonly pick: KeyPick;
+  readonly orgs: number;
+  readonly types: number;
+}
+
+interface Row {
+  readonly what: string;
+  readonly workload: Workload;
+  readonly limited: boolean;
+  /** The rate's goal as a share of the reference's, when the issue sets one. */
+  readonly goal?: number;
+  readonly runs: RunResult[];
+  topic?: string;
+  rawBytes?: number;
+}
+
+const workloads = {
+  k1: { name: "1,000 destinations (100 orgs x 10 types)", pick: uniformKeys(100, 10), orgs: 100, types: 10 },
+  k10: { name: "10,000 destinations (1,000 orgs x 10 types)", pick: uniformKeys(1000, 10), orgs: 1000, types: 10 },
+  k100: {
+    name: "100,000 destinations (10,000 orgs x 10 types)",
+    pick: uniformKeys(10_000, 10),
+    orgs: 10_000,
+    types: 10,
+  },
+  zipf: { name: "Zipf s=1.1 over 10,000 orgs x 10 types", pick: zipfKeys(10_000, 10, 1.1), orgs: 10_000, types: 10 },
+} satisfies Record<string, Workload>;
+
+/** Complete archive files under `dir` (a file still being written has a hidden name), with their sizes. */
+function archiveFiles(dir: string): { path: string; size: number }[] {
+  const out: { path: string; size: number }[] = [];
+  for (const rel of readdirSync(dir, { recursive: true, encoding: "utf8" })) {
+    if (!rel.endsWith(".zst") || rel.split("/").some((seg) => seg.startsWith("."))) continue;
+    const path = join(dir, rel);
+    out.push({ path, size: statSync(path).size });
+  }
+  return out;
+}
+
+const quantile = (sorted: readonly number[], q: number): number =>
+  sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
+
+/** Reads `sample` files whole with the zstd CLI and counts their lines: files of complete frames, every record in. */
+function checkStandard(files: readonly { path: string }[], sample: number): number {
+  const step = Math.max(1, Math.floor(files.length / sample));
+  let lines = 0;
+  for (let i = 0; i < files.length; i += step) {
+    const out = execFileSync("zstd", ["-dc", "--", (files[i] as { path: string }).path], { maxBuffer: 1 << 30 });
+    for (let at = out.indexOf(0x0a); at >= 0; at = out.indexOf(0x0a, at + 1)) lines++;
+  }
+  return lines;
+}
+
+async function main(): Promise<void> {
+  console.log(`workload: ${N} records of about 700 bytes, zstd -3, local files, expression routing`);
+  const rows: Row[] = [
+    { what: "1,000 destinations, no limit (reference)", workload: workloads.k1, limited: false, runs: [] },
+    { what: "1,000 destinations", workload: workloads.k1, limited: true, runs: [] },
+    { what: "10,000 destinations", workload: workloads.k10, limited: true, goal: 0.5, runs: [] },
+    { what: "Zipf s=1.1, 10,000 orgs x 10 types", workload: workloads.zipf, limited: true, goal: 0.7, runs: [] },
+    { what: "100,000 destinations", workload: workloads.k100, limited: true, runs: [] },
+  ];
+  const topics = new Map<Workload, { topic: string; bytes: number }>();
+  for (const w of new Set(rows.map((r) => r.workload))) {
+    const data = join(work, "data.jsonl");
+    const bytes = await writeData(data, N, w.orgs, w.types, w.pick);
+    const topic = await createTopic();
+    produceFile(topic, data, ["-X", "linger.ms=50"]);
+    rmSync(data);
+    topics.set(w, { topic, bytes });
+    console.log(`produced ${w.name}: ${(bytes / 1e6).toFixed(0)} MB`);
+  }
+  // Written back now, so no run's fsyncs wait behind the broker's dirty pages (see pipeline.bench.ts).
+  execFileSync("sync");
+  const env = { DFE_ARCHIVER_MEMORY_LIMIT_BYTES: String(LIMIT) };
+  // Alternating rows within each round: the machine's speed drifts over minutes, and a ratio is taken within a round.
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const row of rows) {
+      const { topic } = topics.get(row.workload) as { topic: string };
+      // Interval rolls off: every file here rolls on size or at the drain, so file counts are the mechanism's own.
+      const r = await runArchiver(work, topic, N, row.limited ? { env } : {});
+      row.runs.push(r);
+      console.log(`round ${round + 1}: ${row.what}: ${r.seconds.toFixed(2)} s, ${r.flushes} flushes`);
+    }
+  }
+  const ref = rows[0] as Row;
+  const refSeconds = median(ref.runs.map((r) => r.seconds));
+  const stats = rows.map((row) => {
+    // The files of the round whose time was the median.
+    const mid = [...row.runs].sort((a, b) => a.seconds - b.seconds)[Math.floor(row.runs.length / 2)] as RunResult;
+    const files = archiveFiles(join(mid.dir, "archive"));
+    const sizes = files.map((f) => f.size).sort((a, b) => a - b);
+    const compressed = sizes.reduce((a, b) => a + b, 0);
+    const raw = topics.get(row.workload)?.bytes ?? 0;
+    const lines = checkStandard(files, 20);
+    return { row, mid, files: files.length, sizes, compressed, raw, lines };
+  });
+  const baseRatio = (stats[1]?.raw ?? 0) / (stats[1]?.compressed ?? 1);
+  console.log(
+    "\n| what | seconds | k records/s | rate / reference | goal | peak RSS MiB | held B/record | flushes | files | median file KB | p10 file KB | compression | vs 1,000 |",
+  );
+  console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+  for (const s of stats) {
+    const seconds = median(s.row.runs.map((r) => r.seconds));
+    // The median over rounds of each round's ratio to that round's reference.
+    const ratio = median(s.row.runs.map((r, i) => (ref.runs[i]?.seconds ?? 0) / r.seconds));
+    const peak = Math.max(...s.row.runs.map((r) => r.peakRss));
+    const held = Math.max(...s.row.runs.map((r) => r.heldBytesPerRecord));
+    const ratioC = s.raw / s.compressed;
+    const goal =
+      s.row.goal === undefined ? "" : `>= ${s.row.goal.toFixed(2)} ${ratio >= s.row.goal ? "met" : "NOT met"}`;
+    console.log(
+      `| ${s.row.what}${s.row.limited ? ", 512 MiB limit" : ""} | ${seconds.toFixed(2)} | ${(N / seconds / 1e3).toFixed(0)} | ${ratio.toFixed(2)} | ${goal} | ${(peak / 1048576).toFixed(0)}${s.row.limited && peak >= LIMIT ? " OVER" : ""} | ${held.toFixed(3)} | ${s.mid.flushes} | ${s.files} | ${(quantile(s.sizes, 0.5) / 1024).toFixed(1)} | ${(quantile(s.sizes, 0.1) / 1024).toFixed(1)} | ${ratioC.toFixed(2)} | ${(ratioC / baseRatio).toFixed(2)} |`,
+    );
+  }
+  console.log(
+    `\nreference: ${refSeconds.toFixed(2)} s median; rounds (s): ${rows.map((r) => `${r.what}: ${r.runs.map((x) => x.seconds.toFixed(2)).join(", ")}`).join("; ")}`,
+  );
+  console.log(
+    `standard files: ${stats.map((s) => `${s.row.what}: ${s.lines} records read back by zstd -dc from a sample of its ${s.files} files`).join("; ")}`,
+  );
+  rmSync(work, { recursive: true, force: true });
+}
+
+await main();

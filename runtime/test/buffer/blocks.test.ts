@@ -1,0 +1,73 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { BlockPool, MIN_BLOCK, SLAB_BYTES } from "../../src/buffer/blocks.ts";
+
+const range = (b: Buffer) => [b.buffer, b.byteOffset, b.byteOffset + b.length] as const;
+
+test("a block is the power of two at or above the size asked, at least 512 bytes, in shared memory", () => {
+  const pool = new BlockPool();
+  assert.equal(pool.alloc(1).length, MIN_BLOCK);
+  assert.equal(pool.alloc(513).length, 1024);
+  assert.equal(pool.alloc(4096).length, 4096);
+  assert.ok(pool.alloc(100).buffer instanceof SharedArrayBuffer);
+  assert.equal(pool.inUse, 512 + 1024 + 4096 + 512);
+  const huge = pool.alloc(SLAB_BYTES + 1);
+  assert.equal(huge.length, SLAB_BYTES + 1, "past a slab: memory of its own");
+  pool.free(huge);
+  assert.equal(pool.inUse, 512 + 1024 + 4096 + 512);
+});
+
+test("blocks never overlap, and every byte given back is carved again (buddies merge back into a whole slab)", () => {
+  const pool = new BlockPool();
+  let seed = 7;
+  const rand = () => (seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32;
+  const live: Buffer[] = [];
+  for (let step = 0; step < 5000; step++) {
+    if (live.length > 0 && rand() < 0.45) {
+      const [gone] = live.splice(Math.floor(rand() * live.length), 1);
+      pool.free(gone as Buffer);
+    } else {
+      const b = pool.alloc(1 + Math.floor(rand() * 70_000));
+      b.fill(step & 0xff);
+      live.push(b);
+    }
+  }
+  const spans = live.map(range).sort((a, b) => (a[0] === b[0] ? a[1] - b[1] : 0));
+  for (const buf of new Set(spans.map((s) => s[0]))) {
+    const inSlab = spans.filter((s) => s[0] === buf).sort((a, b) => a[1] - b[1]);
+    for (let i = 1; i < inSlab.length; i++) assert.ok((inSlab[i - 1]?.[2] ?? 0) <= (inSlab[i]?.[1] ?? 0), "overlap");
+  }
+  for (const b of live) pool.free(b);
+  assert.equal(pool.inUse, 0);
+  // Everything merged back: one whole slab's block comes from a slab already held.
+  const held = pool.held;
+  pool.alloc(SLAB_BYTES);
+  assert.equal(pool.held, held);
+});
+
+test("a block given back twice, or one the pool did not carve, is ignored", () => {
+  const pool = new BlockPool();
+  const a = pool.alloc(1000);
+  pool.free(a);
+  pool.free(a);
+  pool.free(Buffer.alloc(1024));
+  assert.equal(pool.inUse, 0);
+  const b = pool.alloc(1000);
+  const c = pool.alloc(1000);
+  assert.notEqual(b.byteOffset === c.byteOffset && b.buffer === c.buffer, true, "one block handed out twice");
+});
+
+test("whole free slabs past the few kept go; addresses past 2^31 (the 513th slab) still merge", () => {
+  const pool = new BlockPool({ keepSlabs: 2 });
+  const slabs = Array.from({ length: 520 }, () => pool.alloc(SLAB_BYTES));
+  assert.equal(pool.held, 520 * SLAB_BYTES);
+  const last = slabs.pop() as Buffer;
+  pool.free(last);
+  // Halves of the 520th slab, carved and given back: they merge back into its whole.
+  const halves = [pool.alloc(SLAB_BYTES / 2), pool.alloc(SLAB_BYTES / 2)];
+  assert.ok(halves.every((h) => h.buffer === last.buffer));
+  for (const h of halves) pool.free(h);
+  for (const s of slabs) pool.free(s);
+  assert.equal(pool.inUse, 0);
+  assert.equal(pool.held, 2 * SLAB_BYTES);
+});
