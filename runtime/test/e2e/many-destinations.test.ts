@@ -1,0 +1,127 @@
+// 10,000 destinations against the testbed's real broker, under a 512 MiB memory limit and the default 1,024 writers:
+// every record archived exactly once in its own destination, one file per destination (parked writers take their
+// destination's later flushes), and offsets committed to the end. Once to local files, once to MinIO.
+import { test, type TestContext } from "node:test";
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { kafkaTopic, minioArchive, minioBucket, need, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
+import {
+  downloadBucket,
+  groupOffsets,
+  produce,
+  readArchive,
+  startArchiver,
+  tempDir,
+  waitFor,
+  type RunningArchiver,
+} from "../../../e2e/support/archiver.ts";
+
+const ORGS = 1000;
+const TYPES = 10;
+const N = 50_000;
+const LIMIT = String(512 * 1024 * 1024);
+
+function record(i: number): { value: string } {
+  return {
+    value: JSON.stringify({
+      id: i,
+      _org_id: `org-${i % ORGS}`,
+      // Every (org, type) pair: the type advances once every ORGS records.
+      event_type: `type-${Math.floor(i / ORGS) % TYPES}`,
+      msg: "x".repeat(200 + (i % 300)),
+    }),
+  };
+}
+
+async function run(t: TestContext, archive: Record<string, unknown>, buffer: Record<string, unknown> = {}) {
+  const dir = tempDir(t);
+  const topic = await kafkaTopic(t, { partitions: 4 });
+  const groupId = uniqueName("g");
+  await produce(topic, N, record);
+  const a = await startArchiver(
+    t,
+    {
+      kafka: { brokers: need("TESTBED_KAFKA_BROKERS").split(","), group_id: groupId, topics: [topic] },
+      archive,
+      // Buffers flush at a second's age, so files open (and park) while the run goes on, not all at the drain.
+      buffer: { spool_dir: join(dir, "spool"), flush_age_secs: 1, ...buffer },
+      compression: { codec: "zstd" },
+      routing: { mode: "expression", expression_fields: ["_org_id", "event_type"] },
+      dlq: { enabled: false },
+      logger: { level: "warn" },
+    },
+    { dir, env: { DFE_ARCHIVER_MEMORY_LIMIT_BYTES: LIMIT } },
+  );
+  return { a, dir, topic, groupId };
+}
+
+async function waitMetric(a: RunningArchiver, name: string, n: number, timeoutMs: number): Promise<void> {
+  let seen = "";
+  await waitFor(
+    async () => {
+      const m = async (k: string) => `${k} ${await a.metric(k)}`;
+      seen = (
+        await Promise.all(
+          ["messages_received_total", "messages_written_total", "messages_archived_total", "files_created_total"].map(
+            m,
+          ),
+        )
+      ).join(", ");
+      return (await a.metric(name)) >= n;
+    },
+    timeoutMs,
+    () => `${name} never reached ${n} (${seen}); output:\n${a.output().slice(-4000)}`,
+  );
+}
+
+/** Every record once, each under its own destination; one file per destination. */
+function checkArchive(files: readonly { path: string; lines: readonly string[] }[], topic: string): void {
+  const seen = new Uint8Array(N);
+  for (const f of files) {
+    const dest = f.path.split("/").slice(0, 3).join("/");
+    for (const l of f.lines) {
+      const r = JSON.parse(l) as { id: number; _org_id: string; event_type: string };
+      assert.equal(dest, `${topic}/${r._org_id}/${r.event_type}`, `record ${r.id} under the wrong destination`);
+      assert.equal(seen[r.id], 0, `record ${r.id} archived twice`);
+      seen[r.id] = 1;
+    }
+  }
+  assert.ok(
+    seen.every((s) => s === 1),
+    "a record was not archived",
+  );
+  const dests = new Set(files.map((f) => f.path.split("/").slice(0, 3).join("/")));
+  assert.equal(dests.size, ORGS * TYPES);
+  assert.equal(files.length, ORGS * TYPES, "one file per destination, not one per flush");
+}
+
+test("10,000 destinations to local files under 512 MiB: each record once, a file per destination, committed to the end", async (t) => {
+  const dir = tempDir(t);
+  const { a, topic, groupId } = await run(t, { destination: `file://${join(dir, "archive")}` });
+  await waitMetric(a, "messages_written_total", N, 180_000);
+  assert.ok((await a.metric("writers_parked")) > 0, "writers past max_writers parked");
+  assert.equal(await a.stop("SIGTERM"), 0, `runtime did not exit 0:\n${a.output().slice(-4000)}`);
+  const { files } = readArchive(join(dir, "archive"));
+  checkArchive(files, topic);
+  const { committed, end } = await groupOffsets(groupId, topic);
+  assert.deepEqual(committed, end, "committed offsets equal the end offsets");
+});
+
+test("10,000 destinations to MinIO under 512 MiB: each record once, an object per destination, committed to the end", async (t) => {
+  const bucket = await minioBucket(t);
+  const s3 = s3Client();
+  t.after(() => s3.destroy());
+  // Files roll at their age while the run goes on, so their uploads do not all wait for the drain.
+  const { a, topic, groupId } = await run(
+    t,
+    { ...minioArchive(bucket, "archive"), roll_interval_secs: 5 },
+    { writer_parallelism: 16 },
+  );
+  await waitMetric(a, "messages_archived_total", N, 240_000);
+  assert.equal(await a.stop("SIGTERM"), 0, `runtime did not exit 0:\n${a.output().slice(-4000)}`);
+  const copies = tempDir(t);
+  await downloadBucket(s3, bucket, copies);
+  checkArchive(readArchive(join(copies, "archive")).files, topic);
+  const { committed, end } = await groupOffsets(groupId, topic);
+  assert.deepEqual(committed, end, "committed offsets equal the end offsets");
+});
