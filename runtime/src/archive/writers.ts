@@ -6,7 +6,10 @@
 // descriptor closes and its file stays in progress, taking the destination's next flushes by its path (a lane opens
 // it for each append) until it rolls. Closing the file instead (completing it as on a roll) gave every destination
 // past the cap a file per flush: 10,000 destinations through 1,024 writers wrote files of a record or two. A writer
-// opening a file, or syncing a parked one to complete it, holds a place under the cap meanwhile.
+// opening a file holds a place under the cap meanwhile. Parked writers are
+// bounded too, at PARKED_PER_WRITER x max_writers: past it the least recently used parked file completes (an
+// eviction roll). Unbounded, 41,000 destinations of a skewed workload kept 41,000 files in progress and the drain
+// that completed them all ran the heap out.
 import type { Codec } from "../codec/index.ts";
 import { ArchiverError, ConfigError } from "../errors.ts";
 import type { Metrics } from "../observe/metrics.ts";
@@ -112,6 +115,10 @@ interface Writer<T> {
 }
 
 const SEQ: readonly TemplatePart[] = [{ token: "seq" }];
+/** Parked writers kept, per place under archive.max_writers (see the head of this file). */
+export const PARKED_PER_WRITER = 8;
+/** Parked files completing at once, each with a descriptor open for its sync (see #rollParked). */
+const SYNC_SLOTS = 64;
 const noop = () => undefined;
 
 class Pool<T> implements WriterPool<T> {
@@ -124,8 +131,11 @@ class Pool<T> implements WriterPool<T> {
   readonly #waiting = new Map<string, Writer<T>>();
   /** Writers whose file is in progress with its descriptor closed (or closing), least recently used first. */
   readonly #parked = new Map<string, Writer<T>>();
-  /** Writers closing their descriptor (a park, a roll of a parked file, a retired writer's complete): each holds a place. */
+  /** Writers closing their descriptor (a park, a retired writer's complete): each holds a place. */
   #closing = 0;
+  /** Parked files syncing to complete, and the rolls waiting for a slot (see #rollParked). */
+  #syncing = 0;
+  readonly #syncWaiters: (() => void)[] = [];
   /** Background work closeAll waits for: retiring writers and completing files. */
   readonly #inflight = new Set<Promise<void>>();
   #writers = 0;
@@ -146,7 +156,13 @@ class Pool<T> implements WriterPool<T> {
       this.#open.delete(destination);
       this.#open.set(destination, w);
     } else {
-      w = this.#waiting.get(destination) ?? this.#parked.get(destination) ?? this.#newWriter(destination);
+      const parked = this.#parked.get(destination);
+      if (parked !== undefined) {
+        // Now the most recently used of the parked ones.
+        this.#parked.delete(destination);
+        this.#parked.set(destination, parked);
+      }
+      w = this.#waiting.get(destination) ?? parked ?? this.#newWriter(destination);
     }
     const writer = w;
     return this.#enqueue(writer, () => this.#write(writer, block, records, rawBytes, ticket));
@@ -174,7 +190,7 @@ class Pool<T> implements WriterPool<T> {
     // Waiting writers take places as retired ones free them, then are retired in turn.
     for (;;) {
       for (const w of [...this.#open.values()]) this.#retire(w, "shutdown");
-      for (const w of [...this.#parked.values()]) if (w.file?.rollQueued === false) this.#rollParked(w, "shutdown");
+      for (const w of [...this.#parked.values()]) this.#rollParked(w, "shutdown");
       const pending = [...this.#inflight, ...[...this.#waiting.values()].map((w) => w.tail)];
       if (pending.length === 0) return;
       await Promise.allSettled(pending);
@@ -258,6 +274,10 @@ class Pool<T> implements WriterPool<T> {
     if (trigger === "evict") {
       this.#o.metrics.writerEvictions.inc();
       this.#parked.set(w.destination, w);
+      if (this.#parked.size > this.#o.maxWriters * PARKED_PER_WRITER) {
+        const lru = this.#parked.values().next().value;
+        if (lru !== undefined) this.#rollParked(lru, "evict");
+      }
     }
     this.#closing++;
     this.#gauge();
@@ -272,24 +292,39 @@ class Pool<T> implements WriterPool<T> {
   }
 
   /**
-   * Completes a parked writer's file. Its sync opens the descriptor again, so the writer first waits for a place like
-   * any other; once the file is complete it gives the place back unless a flush for its destination came meanwhile.
+   * Completes a parked writer's file; the writer goes with it (a later flush for its destination makes a new one).
+   * Its sync opens a descriptor for a moment, beside the cap: at most SYNC_SLOTS such syncs at a time. Waiting for a
+   * place under the cap instead evicted an open writer for each, which parked one more, whose roll evicted another.
    */
   #rollParked(w: Writer<T>, trigger: RollTrigger): void {
-    const f = w.file;
-    if (f === undefined) return;
-    f.rollQueued = true;
-    w.tail = Promise.all([w.tail, this.#place(w)]).then(noop, noop);
+    this.#parked.delete(w.destination);
+    // Behind the writer's queued appends: the file may not even be open yet.
     this.#track(
       this.#enqueue(w, async () => {
-        if (w.file === f) await this.#roll(w, trigger);
-        if (w.file === undefined && this.#open.get(w.destination) === w) {
-          this.#open.delete(w.destination);
-          w.placed = false;
-          this.#admit();
+        if (w.file === undefined) return;
+        await this.#syncSlot();
+        try {
+          await this.#roll(w, trigger);
+        } finally {
+          this.#syncDone();
         }
       }),
     );
+  }
+
+  #syncSlot(): Promise<void> | undefined {
+    if (this.#syncing < SYNC_SLOTS) {
+      this.#syncing++;
+      return undefined;
+    }
+    return new Promise((resolve) => this.#syncWaiters.push(resolve));
+  }
+
+  /** Hands the slot to the next sync waiting, or frees it. */
+  #syncDone(): void {
+    const next = this.#syncWaiters.shift();
+    if (next !== undefined) next();
+    else this.#syncing--;
   }
 
   /** Closes the descriptor of `w`'s file, which stays in progress; a file that cannot be parked is errored. */

@@ -229,7 +229,7 @@ test("two replicas, or a parked file rolled beside its destination's next file, 
   assert.deepEqual(names, [
     "d/2026/12/02/13-000001-aaaaaa_1.jsonl.zst",
     "d/2026/12/02/13-000001-bbbbbb_1.jsonl.zst",
-    "d/2026/12/02/14-000002-aaaaaa_1.jsonl.zst",
+    "d/2026/12/02/14-000001-aaaaaa_3.jsonl.zst",
   ]);
 });
 
@@ -341,7 +341,6 @@ test("past max_writers the least recently used writer parks: its file stays in p
     ["d5", [5]],
   ]);
   assert.ok(store.files.every((f) => f.state === "done"));
-  assert.equal(store.maxOpen, 2, "a parked file completing at shutdown still counts under the cap");
   assert.deepEqual(pool.stats(), { writers: 0, closing: 0, parked: 0 });
 });
 
@@ -358,8 +357,8 @@ test("a parked file rolls at its age like an open one, and its destination's nex
     ["d1", [0]],
     ["d2", [1]],
   ]);
-  // d1's roll took d2's place (its file had rolled too) and gave it back: no writer is left.
-  assert.deepEqual(pool.stats(), { writers: 0, closing: 0, parked: 0 });
+  // d1's parked file completed and the writer went; d2 keeps its place, its file rolled.
+  assert.deepEqual(pool.stats(), { writers: 1, closing: 0, parked: 0 });
   await pool.append("d1", frame("3"), 1, 1, 2);
   await pool.closeAll();
   assert.equal(store.file("d1/").length, 2);
@@ -592,4 +591,26 @@ test("with the file store, every completed file is on disk with exactly the fram
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+});
+
+test("parked writers past 8 per place: the least recently used parked file completes, as an eviction roll", async () => {
+  const store = new MemStore();
+  const { pool, metrics, completed } = setup({ maxWriters: 1 }, store);
+  // d0..d9: each new destination parks the one before; 8 parked at most for 1 place.
+  for (let d = 0; d < 10; d++) await pool.append(`d${d}`, frame(`${d};`), 1, 1, d);
+  await pool.append("d1", frame("again;"), 1, 1, 10); // d1 now the most recently used parked writer
+  await pool.append("d10", frame("10;"), 1, 1, 11);
+  await turns();
+  assert.deepEqual(
+    completed.map((c) => [c.destination, c.tickets]),
+    [
+      ["d0", [0]],
+      ["d2", [2]],
+    ],
+  );
+  assert.equal(await value(metrics.archiveRoll, { trigger: "evict" }), 2);
+  assert.deepEqual(pool.stats(), { writers: 1, closing: 0, parked: 8 });
+  await pool.closeAll();
+  assert.equal(completed.length, 11);
+  assert.deepEqual(completed.find((c) => c.destination === "d1")?.tickets, [1, 10]);
 });
