@@ -188,6 +188,7 @@ export class Pipeline implements TransportSink {
       "memory guard",
     );
     const staging = this.#staging;
+    const memoryPausePoint = memory.bytes * cfg.memory.pressure_threshold;
     this.#latch = createLatch({
       pauseAbove: cfg.self_regulation.pause_above,
       resumeBelow: cfg.self_regulation.resume_below,
@@ -211,13 +212,15 @@ export class Pipeline implements TransportSink {
       // at its limit with nothing in flight, for as long as flush_age.
       whilePaused: (source) => {
         if (source !== "memory") return;
-        this.#buffers.shed();
+        // Only while RSS is still at the pause point: a shed at every reading put flushes in flight before each
+        // reading of `settled`, and held 10,000 destinations paused 10-15 s a time under the pause point, above a
+        // floor that resume_below never reaches.
+        if (readRss() >= memoryPausePoint) this.#buffers.shed();
         reclaim();
       },
-      // With nothing buffered or in flight, waiting longer frees nothing more: memory then holds the latch only at
-      // pause_above.
-      settled: (source) =>
-        source === "memory" && this.#inflight.size === 0 && this.#stalled === 0 && this.#buffers.stats().buffers === 0,
+      // With nothing in flight (what was shed has landed), waiting longer frees nothing more: memory then holds the
+      // latch only at pause_above.
+      settled: (source) => source === "memory" && this.#inflight.size === 0 && this.#stalled === 0,
       onResume: () => {
         this.#transport.resume([...this.#assigned.values()]);
         this.#pausedBy = undefined;

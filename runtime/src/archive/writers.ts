@@ -116,7 +116,7 @@ interface Writer<T> {
 
 const SEQ: readonly TemplatePart[] = [{ token: "seq" }];
 /** Parked writers kept, per place under archive.max_writers (see the head of this file). */
-export const PARKED_PER_WRITER = 8;
+export const PARKED_PER_WRITER = 16;
 /** Parked files completing at once, each with a descriptor open for its sync (see #rollParked). */
 const SYNC_SLOTS = 64;
 const noop = () => undefined;

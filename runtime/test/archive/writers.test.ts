@@ -5,7 +5,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Counter } from "prom-client";
 import { parsePathTemplate, type TemplatePart } from "../../src/archive/path.ts";
-import { createWriterPool, type CompletedFile, type WriterPoolOptions } from "../../src/archive/writers.ts";
+import {
+  createWriterPool,
+  PARKED_PER_WRITER,
+  type CompletedFile,
+  type WriterPoolOptions,
+} from "../../src/archive/writers.ts";
 import { ArchiverError, ConfigError } from "../../src/errors.ts";
 import { createMetrics } from "../../src/observe/metrics.ts";
 import { createFileStore } from "../../src/store/file.ts";
@@ -593,13 +598,14 @@ test("with the file store, every completed file is on disk with exactly the fram
   }
 });
 
-test("parked writers past 8 per place: the least recently used parked file completes, as an eviction roll", async () => {
+test("parked writers past PARKED_PER_WRITER per place: the least recently used parked file completes, as an eviction roll", async () => {
   const store = new MemStore();
   const { pool, metrics, completed } = setup({ maxWriters: 1 }, store);
-  // d0..d9: each new destination parks the one before; 8 parked at most for 1 place.
-  for (let d = 0; d < 10; d++) await pool.append(`d${d}`, frame(`${d};`), 1, 1, d);
-  await pool.append("d1", frame("again;"), 1, 1, 10); // d1 now the most recently used parked writer
-  await pool.append("d10", frame("10;"), 1, 1, 11);
+  const P = PARKED_PER_WRITER;
+  // d0..d(P+1): each new destination parks the one before; P parked at most for 1 place.
+  for (let d = 0; d <= P + 1; d++) await pool.append(`d${d}`, frame(`${d};`), 1, 1, d);
+  await pool.append("d1", frame("again;"), 1, 1, 100); // d1 now the most recently used parked writer
+  await pool.append("last", frame("last;"), 1, 1, 101);
   await turns();
   assert.deepEqual(
     completed.map((c) => [c.destination, c.tickets]),
@@ -609,8 +615,8 @@ test("parked writers past 8 per place: the least recently used parked file compl
     ],
   );
   assert.equal(await value(metrics.archiveRoll, { trigger: "evict" }), 2);
-  assert.deepEqual(pool.stats(), { writers: 1, closing: 0, parked: 8 });
+  assert.deepEqual(pool.stats(), { writers: 1, closing: 0, parked: P });
   await pool.closeAll();
-  assert.equal(completed.length, 11);
-  assert.deepEqual(completed.find((c) => c.destination === "d1")?.tickets, [1, 10]);
+  assert.equal(completed.length, P + 3);
+  assert.deepEqual(completed.find((c) => c.destination === "d1")?.tickets, [1, 100]);
 });
