@@ -1,10 +1,13 @@
 // The runtime beside a peer users already run, the OpenTelemetry Collector (e2e/testbed/peers/otelcol, built by
 // `e2e/testbed/up peers`), on the same topic in the same run: each round runs both, in alternating order, and the
 // ratio is the median of the rounds' ratios (the machines here are shared and their speed drifts; see
-// pipeline.bench.ts).
-//   topic only, to local files, zstd: the collector's Kafka receiver (text encoding, one log record per Kafka record)
-//   through the batch processor into the file exporter (zstd, as one stream: the exporter.file.nativeCompression
-//   gate; without it each batch is its own length-prefixed frame, which no zstd tool reads) against our topic routing.
+// pipeline.bench.ts). The collector reads with its Kafka receiver (text encoding, one log record per Kafka record),
+// batches, and writes with the file exporter (zstd as one stream: the exporter.file.nativeCompression gate; without it
+// each batch is its own length-prefixed frame, which no zstd tool reads).
+//   1. topic only, to local files: against our topic routing.
+//   2. routed by _org_id and event_type to 1,000 destinations: the transform processor parses each body and sets the
+//      two as one attribute, groupbyattrs makes it the resource's (the file exporter groups by a resource attribute
+//      only), and the file exporter writes one file per value; against our expression routing.
 // Each row: records/s until every record was received and until every record was durable (the process exited
 // cleanly, its files complete), CPU seconds per GB produced, peak RSS, files written, archive bytes per record, and
 // whether the archive holds the records as the producer sent them (every record counted and compared).
@@ -62,6 +65,8 @@ interface Check {
   duplicates: number;
   /** Records whose bytes differ from what was produced. */
   altered: number;
+  /** Records in a file whose path does not name their _org_id and event_type (routed rounds). */
+  misplaced: number;
 }
 
 /**
@@ -99,6 +104,7 @@ async function* collectorRecords(file: string, plain: { bytes: number }): AsyncG
 async function check(
   root: string,
   records: (file: string, plain: { bytes: number }) => AsyncGenerator<string>,
+  routed: boolean,
 ): Promise<Check> {
   const seen = new Uint8Array(N);
   const plain = { bytes: 0 };
@@ -111,6 +117,7 @@ async function check(
     missing: 0,
     duplicates: 0,
     altered: 0,
+    misplaced: 0,
   };
   for (const f of archiveFiles(root)) {
     c.files++;
@@ -125,6 +132,8 @@ async function check(
       }
       if (seen[id]) c.duplicates++;
       seen[id] = 1;
+      const dest = /"_org_id":"([^"]*)","event_type":"([^"]*)"/.exec(body);
+      if (routed && !`/${f.path}`.includes(`/${dest?.[1]}/${dest?.[2]}/`)) c.misplaced++;
     }
   }
   c.plainBytes = plain.bytes;
@@ -132,16 +141,26 @@ async function check(
   return c;
 }
 
-async function runOurs(topic: string): Promise<Run> {
+async function runOurs(topic: string, routing: Record<string, unknown>): Promise<Run> {
   let root = "";
   const r = await runArchiver(work, topic, N, {
-    routing: { mode: "topic" },
+    routing,
     archive: (dir) => {
       root = join(dir, "archive");
       return { destination: `file://${root}` };
     },
   });
   return { receivedSeconds: r.receivedSeconds, seconds: r.seconds, cpu: r.cpu, peakRss: r.peakRss, root };
+}
+
+const DESTINATIONS = ORGS * TYPES;
+
+/** What a round adds to the collector's kafka -> batch -> file pipeline. */
+interface CollectorPipeline {
+  /** After batch, in order. */
+  processors: Record<string, unknown>;
+  /** The resource attribute the file exporter writes one file per value of. */
+  groupBy?: string;
 }
 
 const RECEIVED = "otelcol_receiver_accepted_log_records";
@@ -153,7 +172,7 @@ const POLL_MS = 50;
  * until its exporter reported every record sent, then SIGTERM, and on to its clean exit (the receiver stops, the
  * batch processor flushes, the file exporter closes its zstd stream).
  */
-async function runCollector(topic: string): Promise<Run> {
+async function runCollector(topic: string, pipeline: CollectorPipeline): Promise<Run> {
   const dir = mkdtempSync(join(work, "otelcol-"));
   const root = join(dir, "archive");
   mkdirSync(root);
@@ -170,13 +189,16 @@ async function runCollector(topic: string): Promise<Run> {
           logs: { topics: [topic], encoding: "text" },
         },
       },
-      processors: { batch: {} },
+      processors: { batch: {}, ...pipeline.processors },
       exporters: {
         file: {
-          path: join(root, "logs.jsonl.zst"),
+          path: join(root, pipeline.groupBy ? "*/logs.jsonl.zst" : "logs.jsonl.zst"),
           format: "json",
           compression: "zstd",
           compression_params: { level: 3 },
+          ...(pipeline.groupBy && {
+            group_by: { enabled: true, resource_attribute: pipeline.groupBy, max_open_files: DESTINATIONS },
+          }),
         },
       },
       service: {
@@ -184,7 +206,13 @@ async function runCollector(topic: string): Promise<Run> {
           logs: { level: "warn" },
           metrics: { readers: [{ pull: { exporter: { prometheus: { host: "127.0.0.1", port } } } }] },
         },
-        pipelines: { logs: { receivers: ["kafka"], processors: ["batch"], exporters: ["file"] } },
+        pipelines: {
+          logs: {
+            receivers: ["kafka"],
+            processors: ["batch", ...Object.keys(pipeline.processors)],
+            exporters: ["file"],
+          },
+        },
       },
     }),
   );
@@ -224,15 +252,87 @@ async function runCollector(topic: string): Promise<Run> {
   return { receivedSeconds, seconds: since(), cpu: last.cpu, peakRss: last.rss, root };
 }
 
-interface Side {
-  name: string;
-  run: (topic: string) => Promise<Run>;
-  records: (file: string, plain: { bytes: number }) => AsyncGenerator<string>;
+interface Round {
+  title: string;
+  ours: { name: string; routing: Record<string, unknown> };
+  collector: { name: string; pipeline: CollectorPipeline };
+  routed: boolean;
+}
+
+/** The destination of a record as the collector's file exporter names it: <_org_id>/<event_type>. */
+const DEST_STATEMENTS = [
+  'merge_maps(log.cache, ParseJSON(log.body), "upsert")',
+  'set(log.attributes["dest"], Concat([log.cache["_org_id"], log.cache["event_type"]], "/"))',
+];
+
+const ROUNDS: Round[] = [
+  {
+    title: "1: topic only, local files, zstd",
+    ours: { name: "dfe-archiver, routing.mode topic", routing: { mode: "topic" } },
+    collector: { name: "otelcol: kafka (text) -> batch -> file (json, zstd)", pipeline: { processors: {} } },
+    routed: false,
+  },
+  {
+    title: `2: by _org_id and event_type to ${DESTINATIONS} destinations`,
+    ours: { name: "dfe-archiver, routing by _org_id, event_type", routing: {} },
+    collector: {
+      name: "otelcol: ... -> transform (ParseJSON) -> groupbyattrs -> file group_by",
+      pipeline: {
+        processors: {
+          transform: { error_mode: "propagate", log_statements: [{ statements: DEST_STATEMENTS }] },
+          groupbyattrs: { keys: ["dest"] },
+        },
+        groupBy: "dest",
+      },
+    },
+    routed: true,
+  },
+];
+
+/** Three rounds of both sides over `topic`, alternating which goes first; prints the round's table and ratios. */
+async function runRound(topic: string, bytes: number, round: Round): Promise<void> {
+  const sides = [
+    { name: round.ours.name, run: () => runOurs(topic, round.ours.routing), records: ourRecords },
+    { name: round.collector.name, run: () => runCollector(topic, round.collector.pipeline), records: collectorRecords },
+  ] as const;
+  const runs: [Run, Run][] = [];
+  for (let i = 0; i < 3; i++) {
+    // Alternating which side goes first, so neither always runs on the page cache the other left warm.
+    if (i % 2 === 0) {
+      const a = await sides[0].run();
+      runs.push([a, await sides[1].run()]);
+    } else {
+      const b = await sides[1].run();
+      runs.push([await sides[0].run(), b]);
+    }
+  }
+  const byTime = (xs: Run[]) => [...xs].sort((a, b) => a.seconds - b.seconds)[1] as Run;
+  const rate = (s: number) => (N / s / 1e3).toFixed(0);
+  console.log(
+    `\n| round ${round.title} | k records/s received | k records/s durable | CPU s/GB | peak RSS MB | files | archive B/record | archive holds |`,
+  );
+  console.log("| --- | --- | --- | --- | --- | --- | --- | --- |");
+  for (const [i, side] of sides.entries()) {
+    const r = byTime(runs.map((x) => x[i] as Run));
+    const c = await check(r.root, side.records, round.routed);
+    console.log(
+      `| ${side.name} | ${rate(r.receivedSeconds)} | ${rate(r.seconds)} | ${(r.cpu / (bytes / 1e9)).toFixed(1)} | ${(r.peakRss / MB).toFixed(0)} | ${c.files} | ${(c.bytes / N).toFixed(1)} | ${holds(c, round.routed)} |`,
+    );
+  }
+  const ratio = (f: (r: Run) => number) => median(runs.map(([o, p]) => f(p) / f(o)));
+  console.log(
+    `ours / collector, median of ${runs.length} rounds: rate until durable ${ratio((r) => r.seconds).toFixed(2)}x, until received ${ratio((r) => r.receivedSeconds).toFixed(2)}x (goal >= 1.50); peak RSS ${median(runs.map(([o, p]) => o.peakRss / p.peakRss)).toFixed(2)}x (goal <= 1.00)`,
+  );
+  console.log(
+    `rounds (ours s, collector s, until durable): ${runs.map(([o, p]) => `${o.seconds.toFixed(2)}, ${p.seconds.toFixed(2)}`).join("; ")}`,
+  );
 }
 
 /** The archive against the producer's records, in words. */
-function holds(c: Check): string {
-  const counted = `${c.records} records, ${c.missing} missing, ${c.duplicates} duplicated, ${c.altered} altered`;
+function holds(c: Check, routed: boolean): string {
+  const counted =
+    `${c.records} records, ${c.missing} missing, ${c.duplicates} duplicated, ${c.altered} altered` +
+    (routed ? `, ${c.misplaced} misplaced` : "");
   const envelope = (c.plainBytes - c.bodyBytes) / c.records;
   // Our files are the records, each followed by a newline: one byte of framing each.
   if (envelope <= 1.0001) return `${counted}; as produced, byte for byte`;
@@ -247,41 +347,7 @@ async function main(): Promise<void> {
   produceFile(topic, data, ["-X", "linger.ms=50"]);
   console.log(`produced ${(bytes / MB).toFixed(0)} MB (${(bytes / N).toFixed(0)} bytes/record avg)`);
 
-  const ours: Side = { name: "dfe-archiver, routing.mode topic", run: runOurs, records: ourRecords };
-  const peer: Side = {
-    name: "otelcol: kafka (text) -> batch -> file (json, zstd)",
-    run: runCollector,
-    records: collectorRecords,
-  };
-  const rounds: { ours: Run; peer: Run }[] = [];
-  for (let i = 0; i < 3; i++) {
-    // Alternating which side goes first, so neither always runs on the page cache the other left warm.
-    const first = i % 2 === 0 ? ours : peer;
-    const second = first === ours ? peer : ours;
-    const a = await first.run(topic);
-    const b = await second.run(topic);
-    rounds.push(first === ours ? { ours: a, peer: b } : { ours: b, peer: a });
-  }
-  const byTime = (runs: Run[]) => [...runs].sort((a, b) => a.seconds - b.seconds)[1] as Run;
-  const rate = (s: number) => (N / s / 1e3).toFixed(0);
-  console.log(
-    "\n| round 1: topic only, local files, zstd | k records/s received | k records/s durable | CPU s/GB | peak RSS MB | files | archive B/record | archive holds |",
-  );
-  console.log("| --- | --- | --- | --- | --- | --- | --- | --- |");
-  for (const side of [ours, peer]) {
-    const r = byTime(rounds.map((x) => (side === ours ? x.ours : x.peer)));
-    const c = await check(r.root, side.records);
-    console.log(
-      `| ${side.name} | ${rate(r.receivedSeconds)} | ${rate(r.seconds)} | ${(r.cpu / (bytes / 1e9)).toFixed(1)} | ${(r.peakRss / MB).toFixed(0)} | ${c.files} | ${(c.bytes / N).toFixed(1)} | ${holds(c)} |`,
-    );
-  }
-  const ratio = (f: (r: Run) => number) => median(rounds.map((r) => f(r.peer) / f(r.ours)));
-  console.log(
-    `\nours / collector, median of ${rounds.length} rounds: rate until durable ${ratio((r) => r.seconds).toFixed(2)}x, until received ${ratio((r) => r.receivedSeconds).toFixed(2)}x (goal >= 1.50); peak RSS ${median(rounds.map((r) => r.ours.peakRss / r.peer.peakRss)).toFixed(2)}x (goal <= 1.00)`,
-  );
-  console.log(
-    `rounds (ours s, collector s, until durable): ${rounds.map((r) => `${r.ours.seconds.toFixed(2)}, ${r.peer.seconds.toFixed(2)}`).join("; ")}`,
-  );
+  for (const round of ROUNDS) await runRound(topic, bytes, round);
   console.log(
     "guarantees: ours commits an offset once its record is durable; the collector's Kafka receiver commits (autocommit, message_marking.after false) on receipt, before the export, and its file exporter never fsyncs",
   );

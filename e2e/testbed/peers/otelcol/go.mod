@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/open-telemetry/opentelemetry-collector-contrib/exporter/awss3exporter v0.165.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter v0.165.0
+	github.com/open-telemetry/opentelemetry-collector-contrib/processor/groupbyattrsprocessor v0.165.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/processor/transformprocessor v0.165.0
 	github.com/open-telemetry/opentelemetry-collector-contrib/receiver/kafkareceiver v0.165.0
 	go.opentelemetry.io/collector/component v1.71.0

@@ -6,6 +6,7 @@ import (
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/awss3exporter"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/groupbyattrsprocessor"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/transformprocessor"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/receiver/kafkareceiver"
 	"go.opentelemetry.io/collector/component"
@@ -27,8 +28,10 @@ func components() (otelcol.Factories, error) {
 	if f.Receivers, err = otelcol.MakeFactoryMap[receiver.Factory](kafkareceiver.NewFactory()); err != nil {
 		return f, err
 	}
+	// groupbyattrs: the file exporter groups by a resource attribute only, and the transform processor sets one per
+	// record; this moves the records into one resource per value.
 	if f.Processors, err = otelcol.MakeFactoryMap[processor.Factory](
-		transformprocessor.NewFactory(), batchprocessor.NewFactory()); err != nil {
+		transformprocessor.NewFactory(), groupbyattrsprocessor.NewFactory(), batchprocessor.NewFactory()); err != nil {
 		return f, err
 	}
 	if f.Exporters, err = otelcol.MakeFactoryMap[exporter.Factory](
