@@ -31,6 +31,7 @@ import {
   procStats,
   produceFile,
   runArchiver,
+  uniformKeys,
   writeData,
 } from "./support.ts";
 
@@ -38,6 +39,7 @@ const N = Number(process.argv[2] ?? 1_000_000);
 const ONLY = (process.argv[3] ?? "1,2").split(",").map(Number);
 const ORGS = 100;
 const TYPES = 10;
+const PICK = uniformKeys(ORGS, TYPES);
 const brokers = need("TESTBED_KAFKA_BROKERS");
 const otelcol = need("TESTBED_OTELCOL");
 const work = mkdtempSync(join(tmpdir(), "dfe-bench-peer-"));
@@ -127,7 +129,7 @@ async function check(
       c.records++;
       c.bodyBytes += Buffer.byteLength(body);
       const id = Number(/"id":(\d+)/.exec(body)?.[1] ?? -1);
-      if (id < 0 || id >= N || body !== makeRecord(id, ORGS, TYPES)) {
+      if (id < 0 || id >= N || body !== makeRecord(id, PICK)) {
         c.altered++;
         continue;
       }
@@ -143,14 +145,8 @@ async function check(
 }
 
 async function runOurs(topic: string, routing: Record<string, unknown>): Promise<Run> {
-  let root = "";
-  const r = await runArchiver(work, topic, N, {
-    routing,
-    archive: (dir) => {
-      root = join(dir, "archive");
-      return { destination: `file://${root}` };
-    },
-  });
+  const r = await runArchiver(work, topic, N, { routing });
+  const root = join(r.dir, "archive");
   return { receivedSeconds: r.receivedSeconds, seconds: r.seconds, cpu: r.cpu, peakRss: r.peakRss, root };
 }
 
@@ -343,7 +339,7 @@ function holds(c: Check, routed: boolean): string {
 async function main(): Promise<void> {
   console.log(`workload: ${N} records, ${ORGS} orgs x ${TYPES} event types, ${PARTITIONS} partitions, zstd -3`);
   const data = join(work, "data.jsonl");
-  const bytes = await writeData(data, N, ORGS, TYPES);
+  const bytes = await writeData(data, N, ORGS, TYPES, PICK);
   const topic = await createTopic();
   produceFile(topic, data, ["-X", "linger.ms=50"]);
   console.log(`produced ${(bytes / MB).toFixed(0)} MB (${(bytes / N).toFixed(0)} bytes/record avg)`);
