@@ -130,8 +130,8 @@ function cpuSeconds(statPath: string): number {
   return (Number(stat[11]) + Number(stat[12])) / 100;
 }
 
-/** CPU seconds so far and peak RSS (VmHWM) of a process. */
-function procStats(pid: number): { cpu: number; rss: number } {
+/** CPU seconds so far and peak RSS (VmHWM) of a process (the runtime's, or a peer's in bench/peer.bench.ts). */
+export function procStats(pid: number): { cpu: number; rss: number } {
   const cpu = cpuSeconds(`/proc/${pid}/stat`);
   const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
   return { cpu, rss: Number(hwm ?? 0) * 1024 };
@@ -226,6 +226,8 @@ export interface RunOptions {
   archive?: (dir: string) => Record<string, unknown>;
   /** buffer: keys over the defaults. */
   buffer?: Record<string, unknown>;
+  /** routing: keys over the bench's (expression routing by _org_id and event_type). */
+  routing?: Record<string, unknown>;
   /**
    * received (default): the time runs to the clean exit after every record was received, the drain completing the
    * files. archived: the time runs until the store confirmed every record (messages_archived_total), then it stops.
@@ -253,7 +255,7 @@ export async function runArchiver(
       archive: { destination: `file://${join(dir, "archive")}`, ...o.archive?.(dir) },
       buffer: { spool_dir: join(dir, "spool"), ...o.buffer },
       compression: { codec: "zstd", level: 3 },
-      routing: { mode: "expression", expression_fields: ["_org_id", "event_type"] },
+      routing: { mode: "expression", expression_fields: ["_org_id", "event_type"], ...o.routing },
       dlq: { enabled: false },
       logger: { level: "warn" },
     }),

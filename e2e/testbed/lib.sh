@@ -142,3 +142,26 @@ PY
   fi
   echo "$dir/$name"
 }
+
+# tb_go_build SVC SRC_DIR BIN_NAME: builds the Go module in SRC_DIR (its own pinned go.mod and go.sum) once per content
+# into $TB_CACHE/SVC/<hash>/bin/BIN_NAME and prints the path. The hash covers go.mod, go.sum, the .go files and the Go
+# version, so an edit rebuilds and a rerun reuses; older builds are removed after a successful one.
+tb_go_build() {
+  local svc=$1 src=$2 name=$3 hash out
+  command -v go >/dev/null || { tb_log "$svc: go not on PATH, needed to build $src"; return 1; }
+  hash=$(cat "$src/go.mod" "$src/go.sum" "$src"/*.go <(GOTOOLCHAIN=local go env GOVERSION) | sha256sum | cut -c1-12) ||
+    return 1
+  out=$TB_CACHE/$svc/$hash/bin/$name
+  if [[ ! -x $out ]]; then
+    tb_log "$svc: building $src (cold: several minutes; log: $TB_LOGS/$svc-build.log)"
+    mkdir -p "$(dirname "$out")" || return 1
+    (cd "$src" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false" \
+      go build -trimpath -ldflags="-s -w" -o "$out.tmp" .) >"$TB_LOGS/$svc-build.log" 2>&1 ||
+      { tb_log "$svc: build failed; last lines of $TB_LOGS/$svc-build.log:"; tail -n 40 "$TB_LOGS/$svc-build.log" >&2
+        rm -f "$out.tmp"; return 1; }
+    mv "$out.tmp" "$out" || return 1
+    local old
+    for old in "$TB_CACHE/$svc"/*/; do [[ ${old%/} == "$TB_CACHE/$svc/$hash" ]] || rm -rf "${old%/}"; done
+  fi
+  echo "$out"
+}
