@@ -259,19 +259,15 @@ test(
           return;
         }
         case "broker-restart":
+        case "minio-outage": {
+          const server = f.kind === "broker-restart" ? broker : minio;
           injected[f.kind]++;
           events.push({ at: Date.now(), kind: f.kind });
-          await broker.stop();
+          await server.stop();
           await sleep(f.downMs);
-          await broker.start();
+          await server.start();
           return;
-        case "minio-outage":
-          injected[f.kind]++;
-          events.push({ at: Date.now(), kind: f.kind });
-          await minio.stop();
-          await sleep(f.downMs);
-          await minio.start();
-          return;
+        }
         case "spool-full": {
           const r = base[f.replica];
           if (r?.mount === undefined) return;
