@@ -315,14 +315,10 @@ export async function privateKafka(
   );
   const libs = need("TESTBED_KAFKA_HOME");
   const java = (args: string[]) =>
-    spawn(
-      process.env["TESTBED_JAVA"] ?? "java",
-      ["-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-cp", `${libs}/*`, ...args],
-      {
-        env: { ...process.env, LOG_DIR: dir },
-        stdio: ["ignore", "pipe", "pipe"],
-      },
-    );
+    spawn("java", ["-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-cp", `${libs}/*`, ...args], {
+      env: { ...process.env, LOG_DIR: dir },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
   const format = java([
     "kafka.tools.StorageTool",
     "format",
