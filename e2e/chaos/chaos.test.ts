@@ -70,7 +70,8 @@ interface Replica {
 
 test(
   `chaos: ${REPLICAS} replicas, ${PARTITIONS} partitions, kills, rebalances, broker restart, MinIO outages, full spool`,
-  { timeout: WINDOW_MS + 600_000 },
+  // The account after the window reads every object back: tens of thousands after a long soak.
+  { timeout: WINDOW_MS + 1_800_000 },
   async (t) => {
     const started = Date.now();
     const faults = schedule(SEED, WINDOW_MS, REPLICAS, SOAK).filter((f) => KINDS?.includes(f.kind) ?? true);
