@@ -1,15 +1,28 @@
 // Runs the real runtime (runtime/src/main.ts) as a child process on the project's Node 24, and reads back what it
 // archived with the codecs' own CLIs, so end-to-end tests see exactly what a user would.
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
+import {
+  closeSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  statfsSync,
+  writeFileSync,
+  writeSync,
+  rmSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, relative, resolve } from "node:path";
 import type { TestContext } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { GetObjectCommand, ListObjectsV2Command, type S3Client } from "@aws-sdk/client-s3";
 import { stringify } from "yaml";
-import { kafka } from "./testbed.ts";
+import { freePort, kafka } from "./testbed.ts";
+
+export { freePort } from "./testbed.ts";
 
 const repo = resolve(import.meta.dirname, "../..");
 export const nodeBin = join(repo, "node_modules/.bin/node");
@@ -19,18 +32,6 @@ export function tempDir(t: TestContext, prefix = "dfe-archiver-"): string {
   const dir = mkdtempSync(join(tmpdir(), prefix));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   return dir;
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once("error", rej);
-    s.listen(0, "127.0.0.1", () => {
-      const a = s.address();
-      const port = typeof a === "object" && a ? a.port : 0;
-      s.close(() => res(port));
-    });
-  });
 }
 
 /** A child's combined output, its exit (code or signal), and a SIGKILL when the test ends with it still running. */
@@ -142,6 +143,17 @@ export async function waitFor(
     if (abort() || Date.now() > deadline) throw new Error(what());
     await sleep(200);
   }
+}
+
+/** A tmpfs of `size` (mount's syntax: "4m") mounted on a temporary directory, unmounted when the test ends (root). */
+export function tmpfsDir(t: TestContext, size: string, prefix = "tmpfs-"): string {
+  const mount = mkdtempSync(join(tmpdir(), prefix));
+  execFileSync("mount", ["-t", "tmpfs", "-o", `size=${size}`, "tmpfs", mount]);
+  t.after(() => {
+    execFileSync("umount", ["-l", mount]);
+    rmSync(mount, { recursive: true, force: true });
+  });
+  return mount;
 }
 
 /** Every file under `dir`, recursively, as absolute paths; none when `dir` does not exist. */
@@ -269,23 +281,32 @@ export async function waitCommittedToEnd(
 
 /** Every record on `topic` from the beginning, once at least `count` have arrived (fails after `timeoutMs`). */
 export async function readTopic(topic: string, count: number, timeoutMs = 30_000): Promise<Buffer[]> {
+  return (await readTopicRecords(topic, count, timeoutMs)).map((r) => r.value);
+}
+
+/** readTopic with where each record sits: its partition and offset. */
+export async function readTopicRecords(
+  topic: string,
+  count: number,
+  timeoutMs = 30_000,
+): Promise<{ partition: number; offset: number; value: Buffer }[]> {
   const consumer = kafka().consumer({ groupId: `read-${topic}-${Date.now()}`, maxBytes: 64 << 20 });
   await consumer.connect();
-  const values: Buffer[] = [];
+  const records: { partition: number; offset: number; value: Buffer }[] = [];
   try {
     await consumer.subscribe({ topics: [topic], fromBeginning: true });
     await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${values.length} of ${count} records on ${topic}`)), timeoutMs);
+      const timer = setTimeout(() => reject(new Error(`${records.length} of ${count} records on ${topic}`)), timeoutMs);
       const check = () => {
-        if (values.length < count) return;
+        if (records.length < count) return;
         clearTimeout(timer);
         resolve();
       };
       check();
       consumer
         .run({
-          eachMessage: async ({ message }) => {
-            values.push(message.value ?? Buffer.alloc(0));
+          eachMessage: async ({ partition, message }) => {
+            records.push({ partition, offset: Number(message.offset), value: message.value ?? Buffer.alloc(0) });
             check();
           },
         })
@@ -294,7 +315,7 @@ export async function readTopic(topic: string, count: number, timeoutMs = 30_000
   } finally {
     await consumer.disconnect();
   }
-  return values;
+  return records;
 }
 
 /** A DLQ entry as the archiver writes it, its payload decoded. */
@@ -323,22 +344,31 @@ export interface ArchivedObject {
   content: Buffer;
 }
 
-/** Every object under the bucket, read whole and decompressed with the codec's CLI (`dir` holds the copies). */
+/**
+ * Every object under the bucket, in key order, read whole (a few at once) and decompressed with the codec's CLI
+ * (`dir` holds the copies).
+ */
 export async function readBucket(s3: S3Client, bucket: string, dir: string): Promise<ArchivedObject[]> {
-  const out: ArchivedObject[] = [];
+  const keys: string[] = [];
   let token: string | undefined;
   do {
     const page = await s3.send(new ListObjectsV2Command({ Bucket: bucket, ContinuationToken: token }));
-    for (const o of page.Contents ?? []) {
-      const Key = o.Key ?? "";
-      const got = await s3.send(new GetObjectCommand({ Bucket: bucket, Key }));
-      const file = join(dir, `object-${out.length}${Key.slice(Key.lastIndexOf("."))}`);
-      writeFileSync(file, Buffer.from((await got.Body?.transformToByteArray()) ?? []));
-      out.push({ key: Key, metadata: got.Metadata ?? {}, content: decompressWithCli(file) });
-      rmSync(file);
-    }
+    for (const o of page.Contents ?? []) keys.push(o.Key ?? "");
     token = page.NextContinuationToken;
   } while (token !== undefined);
+  const out: ArchivedObject[] = new Array<ArchivedObject>(keys.length);
+  let next = 0;
+  const worker = async () => {
+    for (let i = next++; i < keys.length; i = next++) {
+      const Key = keys[i] ?? "";
+      const got = await s3.send(new GetObjectCommand({ Bucket: bucket, Key }));
+      const file = join(dir, `object-${i}${Key.slice(Key.lastIndexOf("."))}`);
+      writeFileSync(file, Buffer.from((await got.Body?.transformToByteArray()) ?? []));
+      out[i] = { key: Key, metadata: got.Metadata ?? {}, content: decompressWithCli(file) };
+      rmSync(file);
+    }
+  };
+  await Promise.all(Array.from({ length: 8 }, worker));
   return out;
 }
 
@@ -369,4 +399,25 @@ export async function downloadBucket(s3: S3Client, bucket: string, dir: string):
 export function linesOf(content: Buffer): string[] {
   const text = content.toString("utf8");
   return text === "" ? [] : text.slice(0, text.endsWith("\n") ? -1 : undefined).split("\n");
+}
+
+/**
+ * Appends zeros to `file` until `fs` has at most `leave` bytes free; a write the archiver's own writes beat to the last
+ * bytes (ENOSPC) ends it as full.
+ */
+export function fillUntil(file: string, fs: string, leave: number): void {
+  const chunk = Buffer.alloc(64 << 10);
+  const fd = openSync(file, "w");
+  try {
+    for (;;) {
+      const { bavail, bsize } = statfsSync(fs);
+      const room = bavail * bsize - leave;
+      if (room <= 0) return;
+      writeSync(fd, chunk, 0, Math.min(chunk.length, room));
+    }
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOSPC") throw err;
+  } finally {
+    closeSync(fd);
+  }
 }

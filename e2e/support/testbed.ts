@@ -2,7 +2,7 @@
 // resource of its own per test (topic, bucket, container, namespace) that is removed when the test ends.
 import { randomBytes } from "node:crypto";
 import { spawn } from "node:child_process";
-import { readFileSync, existsSync, mkdtempSync, rmSync } from "node:fs";
+import { readFileSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -23,7 +23,8 @@ import { BlobServiceClient, StorageSharedKeyCredential } from "@azure/storage-bl
 import { KubeConfig, CoreV1Api } from "@kubernetes/client-node";
 import { quietIdleRequestQueues } from "../../runtime/src/transport/kafkajs-queue.ts";
 
-export const testbedEnvFile = join(dirname(fileURLToPath(import.meta.url)), "..", "testbed", "testbed.env");
+const TESTBED_DIR = join(dirname(fileURLToPath(import.meta.url)), "..", "testbed");
+export const testbedEnvFile = join(TESTBED_DIR, "testbed.env");
 
 /** Reads KEY=VALUE lines (values as `printf %q` wrote them) of testbed.env; process.env overrides. */
 export function testbedEnv(): Record<string, string> {
@@ -216,16 +217,24 @@ export async function kubeNamespace(t: TestContext): Promise<string> {
   return name;
 }
 
+/** A TCP port on 127.0.0.1 that nothing listens on right now. */
+export async function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.once("error", rej);
+    s.listen(0, "127.0.0.1", () => {
+      const a = s.address();
+      const port = typeof a === "object" && a ? a.port : 0;
+      s.close(() => res(port));
+    });
+  });
+}
+
 /** A MinIO of the test's own (same binary and credentials as the testbed's), for tests that take the store down. */
 export async function privateMinio(
   t: TestContext,
 ): Promise<{ endpoint: string; stop(): Promise<void>; start(): Promise<void> }> {
-  const port = await new Promise<number>((res) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const a = s.address();
-      s.close(() => res(typeof a === "object" && a ? a.port : 0));
-    });
-  });
+  const port = await freePort();
   const endpoint = `http://127.0.0.1:${port}`;
   const data = mkdtempSync(join(tmpdir(), "minio-"));
   let proc: ReturnType<typeof spawn> | undefined;
@@ -264,4 +273,107 @@ export async function privateMinio(
   });
   await start();
   return { endpoint, stop, start };
+}
+
+/**
+ * A Kafka of the test's own (one KRaft node from the testbed's jars, no SASL), for tests that restart the broker:
+ * the testbed's is shared by every test running on the machine. `stop` is a clean shutdown (SIGTERM) and `start`
+ * brings it back on the same ports and data.
+ */
+export async function privateKafka(
+  t: TestContext,
+): Promise<{ brokers: string; stop(): Promise<void>; start(): Promise<void> }> {
+  const [port, controller] = [await freePort(), await freePort()];
+  const brokers = `127.0.0.1:${port}`;
+  const dir = mkdtempSync(join(tmpdir(), "kafka-"));
+  const conf = join(dir, "server.properties");
+  writeFileSync(
+    conf,
+    [
+      "process.roles=broker,controller",
+      "node.id=1",
+      `controller.quorum.voters=1@127.0.0.1:${controller}`,
+      `listeners=PLAINTEXT://${brokers},CONTROLLER://127.0.0.1:${controller}`,
+      `advertised.listeners=PLAINTEXT://${brokers}`,
+      "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+      "inter.broker.listener.name=PLAINTEXT",
+      "controller.listener.names=CONTROLLER",
+      `log.dirs=${join(dir, "data")}`,
+      "auto.create.topics.enable=false",
+      "offsets.topic.replication.factor=1",
+      "offsets.topic.num.partitions=4",
+      "transaction.state.log.replication.factor=1",
+      "transaction.state.log.min.isr=1",
+      "share.coordinator.state.topic.replication.factor=1",
+      "share.coordinator.state.topic.min.isr=1",
+      "group.initial.rebalance.delay.ms=0",
+      "broker.heartbeat.interval.ms=1000",
+      "broker.session.timeout.ms=4000",
+      "num.network.threads=2",
+      "num.io.threads=2",
+    ].join("\n") + "\n",
+  );
+  const libs = need("TESTBED_KAFKA_HOME");
+  const java = (args: string[]) =>
+    spawn("java", ["-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-cp", `${libs}/*`, ...args], {
+      env: { ...process.env, LOG_DIR: dir },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+  const format = java([
+    "kafka.tools.StorageTool",
+    "format",
+    `--cluster-id=${randomBytes(16).toString("base64url").slice(0, 22)}`,
+    `--config=${conf}`,
+  ]);
+  let formatOut = "";
+  format.stdout?.on("data", (d: Buffer) => (formatOut += d.toString()));
+  format.stderr?.on("data", (d: Buffer) => (formatOut += d.toString()));
+  const code = await new Promise((r) => format.once("exit", r));
+  if (code !== 0) throw new Error(`private Kafka: storage format failed (exit ${String(code)}):\n${formatOut}`);
+  let proc: ReturnType<typeof spawn> | undefined;
+  let log = "";
+  const stop = async () => {
+    const p = proc;
+    proc = undefined;
+    if (p === undefined || p.exitCode !== null || p.signalCode !== null) return;
+    const exited = new Promise((r) => p.once("exit", r));
+    p.kill("SIGTERM");
+    const killer = setTimeout(() => p.kill("SIGKILL"), 30_000);
+    await exited;
+    clearTimeout(killer);
+  };
+  const start = async () => {
+    log = "";
+    const p = java([
+      `-Dlog4j2.configurationFile=${join(TESTBED_DIR, "kafka", "log4j2.properties")}`,
+      "kafka.Kafka",
+      conf,
+    ]);
+    proc = p;
+    p.stdout?.on("data", (d: Buffer) => (log = (log + d.toString()).slice(-20_000)));
+    p.stderr?.on("data", (d: Buffer) => (log = (log + d.toString()).slice(-20_000)));
+    quietIdleRequestQueues();
+    const admin = new Kafka({
+      clientId: "private-kafka-ready",
+      brokers: [brokers],
+      logLevel: logLevel.NOTHING,
+    }).admin();
+    for (const deadline = Date.now() + 120_000; ;) {
+      if (p.exitCode !== null) throw new Error(`private Kafka on ${brokers} exited:\n${log}`);
+      const ok = await admin.connect().then(
+        () => admin.listTopics().then(() => true),
+        () => false,
+      );
+      await admin.disconnect();
+      if (ok) return;
+      if (Date.now() > deadline) throw new Error(`private Kafka on ${brokers} not ready after 120 s:\n${log}`);
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  };
+  t.after(async () => {
+    await stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  await start();
+  return { brokers, stop, start };
 }

@@ -884,6 +884,7 @@ export class Pipeline implements TransportSink {
     this.#drainStartedAt = Date.now();
     this.#log.info("draining: stop receiving, flush buffers, complete files, commit");
     await this.#transport.stopReceiving();
+    this.#staging?.hurry();
     this.#wake();
     for (const w of this.#waiters.splice(0)) w();
     if (this.#batchesRunning > 0) await new Promise<void>((r) => (this.#batchesIdle = r));

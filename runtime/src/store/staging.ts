@@ -85,6 +85,11 @@ export interface StagingStore extends ArchiveStore {
    * manifest, and its `complete` rejects, retryable, with code `upload_pending_at_shutdown`: its offsets stay held.
    */
   drainUploads(graceMs: number): Promise<void>;
+  /**
+   * The drain has begun: uploads backing off try again at once (then back off afresh), since the store may be back
+   * while a long backoff after an outage still runs, and the drain's grace is all the time they have left.
+   */
+  hurry(): void;
   /** Stops at once, as `drainUploads(0)`; later opens are refused. */
   close(): Promise<void>;
 }
@@ -220,6 +225,8 @@ class Staging implements StagingStore {
   readonly #random: () => number;
   /** Aborted at shutdown: in-flight uploads, backoff waits and slot waiters all end on it. */
   readonly #stop = new AbortController();
+  /** Aborted (and replaced) by hurry(): uploads backing off try again at once. */
+  #hurry = new AbortController();
   readonly #slots: Slots;
   readonly #jobs = new Set<Job>();
   readonly attempts = new SinkTally();
@@ -292,6 +299,11 @@ class Staging implements StagingStore {
     await this.#dirOp(() => removeStaged(m.stagedPath, this.#uploads));
     this.#kept.delete(relPath);
     this.staged(-m.size);
+  }
+
+  hurry(): void {
+    this.#hurry.abort();
+    this.#hurry = new AbortController();
   }
 
   async drainUploads(graceMs: number): Promise<void> {
@@ -369,7 +381,13 @@ class Staging implements StagingStore {
         }
         this.attempts.fail();
         this.#retrying(job, failure, failures);
-        await this.#sleep(backoffDelay(failures, this.#retry, this.#random), signal);
+        // Cut short by hurry(): a file still staged at the drain's end keeps its offsets, and its records are read again.
+        const hurry = this.#hurry.signal;
+        await this.#sleep(backoffDelay(failures, this.#retry, this.#random), AbortSignal.any([signal, hurry])).catch(
+          (err: unknown) => {
+            if (signal.aborted || !hurry.aborted) throw err;
+          },
+        );
       }
     } catch (err) {
       // Shutdown's abort (the job is already settled), or a step of the bookkeeping that failed.

@@ -7,6 +7,7 @@
 // from where they were.
 import {
   Admin,
+  COOPERATIVE_STICKY_ASSIGNOR,
   ConnectionPool,
   Consumer,
   FetchIsolationLevels,
@@ -113,6 +114,10 @@ export class PlatformaticKafkaTransport implements Transport {
       heartbeatInterval: Math.max(1000, Math.floor(opts.sessionTimeoutMs / 10)),
       autocommit: false,
       autocreateTopics: false,
+      // Sticky: a rebalance moves only the partitions it must. Round-robin (the library's default) dealt every
+      // partition afresh at each join or leave, and each one moved was read again from its committed offset by its
+      // next owner while its last owner's files still held it: duplicates (e2e/chaos).
+      protocols: [{ name: COOPERATIVE_STICKY_ASSIGNOR, version: 3 }],
       // Its fetch options go unset: the fetches are ours (#fetch), through raw-fetch.ts.
       ...connection,
     });
@@ -141,6 +146,9 @@ export class PlatformaticKafkaTransport implements Transport {
       sink.onState?.("ok");
       this.#onJoin(p);
     });
+    // A cooperative rebalance first revokes, in a round of its own that ends in no group:join, then joins again;
+    // the round after hands the revoked partitions to other members. They stop here, before that round.
+    c.on("consumer:group:rebalance", () => this.#onRevokeRound());
     if (this.#subscription.discovering) {
       this.#admin = new Admin({
         clientId: this.#opts.clientId,
@@ -241,6 +249,23 @@ export class PlatformaticKafkaTransport implements Transport {
     if (revoked.length > 0) this.#sink?.onRevoked(revoked);
     if (refs.length > 0) this.#sink?.onAssigned(refs);
     if (lookup.length > 0) this.#seek(generation, lookup, true);
+  }
+
+  /** What the library's assignment no longer holds is revoked now (a partition it added waits for group:join). */
+  #onRevokeRound(): void {
+    const held = new Set(
+      (this.#consumer.assignments ?? []).flatMap((a) => a.partitions.map((p) => partitionKey(a.topic, p))),
+    );
+    const revoked: PartitionRef[] = [];
+    for (const st of this.#parts.values()) {
+      if (st.assigned && !held.has(st.key)) {
+        this.#unassign(st);
+        revoked.push({ topic: st.topic, partition: st.partition });
+      }
+    }
+    if (revoked.length === 0) return;
+    this.#opts.log.info({ revoked }, "partitions revoked");
+    this.#sink?.onRevoked(revoked);
   }
 
   #unassign(st: PartitionState): void {

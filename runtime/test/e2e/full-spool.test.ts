@@ -3,18 +3,18 @@
 // space frees the stream resumes with nothing lost. The spool is a small tmpfs the test mounts (CI runs as root).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { closeSync, mkdirSync, mkdtempSync, openSync, rmSync, statfsSync, writeSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { kafkaTopic, minioBucket, minioArchive, need, s3Client, uniqueName } from "../../../e2e/support/testbed.ts";
 import {
+  fillUntil,
   linesOf,
   produce,
   readBucket,
   startArchiver,
   tempDir,
+  tmpfsDir,
   waitCommittedToEnd,
   waitFor,
 } from "../../../e2e/support/archiver.ts";
@@ -22,12 +22,7 @@ import {
 test("a full staging spool holds the stream and loses nothing once space frees", async (t) => {
   const N = 20_000;
   const dir = tempDir(t);
-  const mount = mkdtempSync(join(tmpdir(), "full-spool-"));
-  execFileSync("mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", mount]);
-  t.after(() => {
-    execFileSync("umount", ["-l", mount]);
-    rmSync(mount, { recursive: true, force: true });
-  });
+  const mount = tmpfsDir(t, "4m", "full-spool-");
   const spool = join(mount, "spool");
   mkdirSync(spool);
   const topic = await kafkaTopic(t, { partitions: 2 });
@@ -80,24 +75,3 @@ test("a full staging spool holds the stream and loses nothing once space frees",
   assert.equal(ids.size, N, "every record archived");
   assert.equal(dropped, 0);
 });
-
-/**
- * Appends zeros to `file` until `fs` has at most `leave` bytes free; a write the archiver's own writes beat to the last
- * bytes (ENOSPC) ends it as full.
- */
-function fillUntil(file: string, fs: string, leave: number): void {
-  const chunk = Buffer.alloc(64 << 10);
-  const fd = openSync(file, "w");
-  try {
-    for (;;) {
-      const { bavail, bsize } = statfsSync(fs);
-      const room = bavail * bsize - leave;
-      if (room <= 0) return;
-      writeSync(fd, chunk, 0, Math.min(chunk.length, room));
-    }
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "ENOSPC") throw err;
-  } finally {
-    closeSync(fd);
-  }
-}

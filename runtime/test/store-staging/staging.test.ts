@@ -271,6 +271,30 @@ test("shutdown gives uploads their grace, then keeps what is still uploading sta
   await assert.rejects(s.store.open("d/late.jsonl"), code("store_closed", "retryable"));
 });
 
+test("hurry wakes an upload from its backoff: a store back by then takes the file within the drain's grace", async () => {
+  let sleeping = 0;
+  const s = await setup((o) => new FakeBackend(o, failing(1)), {
+    // The grace runs out at once; a backoff lasts until its signal aborts, as a long one after an outage would.
+    sleep: (ms, signal) =>
+      ms === 20_000
+        ? new Promise((r) => setTimeout(r, 200))
+        : new Promise((_, reject) => {
+            sleeping++;
+            signal.addEventListener("abort", () => reject(signal.reason as Error), { once: true });
+          }),
+  });
+  const f = await stage(s.store);
+  const done = f.complete(META);
+  await until(() => sleeping === 1);
+  // Backing off from a failed attempt as the drain begins; the store answers again. Left to its backoff, the file
+  // stayed staged, its offsets uncommitted, and the next owner read its records again: duplicates (e2e/chaos).
+  s.store.hurry();
+  await s.store.drainUploads(20_000);
+  await done;
+  assert.equal((s.backend as FakeBackend).calls.length, 2, "tried again at once");
+  assert.equal(await exists(join(s.uploads, REL)), false);
+});
+
 test("a file completed after shutdown keeps its staged copy and rejects at once", async () => {
   const s = await setup((o) => new FakeBackend(o));
   const f = await stage(s.store);

@@ -37,7 +37,16 @@ async function produce(topic: string, partitions: number[], count: number, codec
   }
 }
 
+/** Assignments and revocations as members report them, in the order they happened, across members. */
+type Timeline = { member: string; kind: "assigned" | "revoked"; partition: number }[];
+
 class Collector implements TransportSink {
+  readonly name: string;
+  readonly timeline: Timeline;
+  constructor(name = "", timeline: Timeline = []) {
+    this.name = name;
+    this.timeline = timeline;
+  }
   readonly batches: InboundBatch[] = [];
   readonly assigned: PartitionRef[][] = [];
   readonly revoked: PartitionRef[][] = [];
@@ -50,11 +59,13 @@ class Collector implements TransportSink {
   onAssigned(partitions: readonly PartitionRef[]): void {
     this.assigned.push([...partitions]);
     for (const p of partitions) this.#held.add(p.partition);
+    for (const p of partitions) this.timeline.push({ member: this.name, kind: "assigned", partition: p.partition });
     this.onAssignedHook?.(partitions);
   }
   onRevoked(partitions: readonly PartitionRef[]): void {
     this.revoked.push([...partitions]);
     for (const p of partitions) this.#held.delete(p.partition);
+    for (const p of partitions) this.timeline.push({ member: this.name, kind: "revoked", partition: p.partition });
   }
 
   values(partition: number): string[] {
@@ -227,4 +238,40 @@ test("a second consumer joining the group revokes partitions from the first", as
       second.offsets(p),
       range(5).map((i) => 20 + i),
     );
+});
+
+test("a member joining takes partitions only from their owners, each revoked before it is handed over", async (t) => {
+  const topic = await kafkaTopic(t, { partitions: 6 });
+  const groupId = uniqueName("g");
+  const timeline: Timeline = [];
+  const [a, b, c] = ["a", "b", "c"].map((name) => new Collector(name, timeline));
+  if (a === undefined || b === undefined || c === undefined) throw new Error("three members");
+  await transport(t, topic, groupId).start(a);
+  await until("a holds all", () => a.held().length === 6);
+  await transport(t, topic, groupId).start(b);
+  await until("a and b share", () => a.held().length === 3 && b.held().length === 3);
+  const before = { a: a.held(), b: b.held() };
+  const from = timeline.length;
+  await transport(t, topic, groupId).start(c);
+  await until("three share", () => [a, b, c].every((m) => m.held().length === 2), 30_000);
+
+  // Sticky: a and b keep what c did not take (round-robin dealt every partition afresh, moving some between a and
+  // b, and each one moved was read again from its committed offset while its last owner's files still held it).
+  assert.ok(
+    a.held().every((p) => before.a.includes(p)),
+    `a gained none: ${JSON.stringify(timeline.slice(from))}`,
+  );
+  assert.ok(
+    b.held().every((p) => before.b.includes(p)),
+    `b gained none: ${JSON.stringify(timeline.slice(from))}`,
+  );
+  // The owner lets a partition go before its next owner starts reading it, never after.
+  for (const p of c.held()) {
+    const handed = timeline.findIndex((e, i) => i >= from && e.member === "c" && e.partition === p);
+    const released = timeline.findIndex((e, i) => i >= from && e.kind === "revoked" && e.partition === p);
+    assert.ok(
+      released !== -1 && released < handed,
+      `partition ${p}: revoked before c was handed it: ${JSON.stringify(timeline.slice(from))}`,
+    );
+  }
 });
