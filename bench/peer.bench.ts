@@ -32,6 +32,7 @@ import {
   produceFile,
   runArchiver,
   uniformKeys,
+  stopReading,
   writeData,
 } from "./support.ts";
 
@@ -233,18 +234,10 @@ async function runCollector(topic: string, pipeline: CollectorPipeline): Promise
     if (receivedSeconds === 0 && sumMetric(text, RECEIVED) >= N) receivedSeconds = since();
     if (sumMetric(text, EXPORTED) >= N) break;
   }
-  const exited = once(proc, "exit");
-  proc.kill("SIGTERM");
-  const poll = setInterval(() => {
-    try {
-      const s = procStats(pid);
-      if (s.rss > 0) last = s;
-    } catch {
-      // gone: the last reading stands
-    }
-  }, 100);
-  const [code] = (await exited) as [number | null];
-  clearInterval(poll);
+  const code = await stopReading(proc, () => {
+    const s = procStats(pid);
+    if (s.rss > 0) last = s;
+  });
   if (code !== 0) throw new Error(`otelcol exited ${code} after SIGTERM`);
   return { receivedSeconds, seconds: since(), cpu: last.cpu, peakRss: last.rss, root };
 }

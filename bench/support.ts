@@ -1,6 +1,6 @@
 // Shared by the runtime benchmarks: the workload (about 700-byte JSON records over orgs x event types, produced with
 // kcat in lz4 batches) and a run of the real runtime as a child process, measured from outside (/proc and /metrics).
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { createWriteStream, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { once } from "node:events";
 import { join } from "node:path";
@@ -311,19 +311,11 @@ export async function runArchiver(
     wait = nextPoll(reached, count, firstSeconds, Number(process.hrtime.bigint() - t0) / 1e9);
   }
   if (o.until === "archived") seconds = Number(process.hrtime.bigint() - t0) / 1e9;
-  const exited = once(proc, "exit");
-  proc.kill("SIGTERM");
-  const poll = setInterval(() => {
-    try {
-      const s = procStats(pid);
-      if (s.rss > 0) last = s;
-      readThreads(pid, threads);
-    } catch {
-      // gone: the last reading stands
-    }
-  }, 100);
-  const [code] = (await exited) as [number | null];
-  clearInterval(poll);
+  const code = await stopReading(proc, () => {
+    const s = procStats(pid);
+    if (s.rss > 0) last = s;
+    readThreads(pid, threads);
+  });
   if (code !== 0) throw new Error(`archiver exited ${code} after SIGTERM`);
   if (o.until !== "archived") seconds = Number(process.hrtime.bigint() - t0) / 1e9;
   // The run's directory stays until the bench removes workDir at its end. Removed here, its 6,000 inodes slowed the
@@ -344,6 +336,25 @@ export async function runArchiver(
     maxUploadsPending,
     flushes,
   };
+}
+
+/**
+ * Sends SIGTERM and calls `read` every 100 ms until the process exits (its /proc readings through its drain);
+ * resolves to its exit code.
+ */
+export async function stopReading(proc: ChildProcess, read: () => void): Promise<number | null> {
+  const exited = once(proc, "exit");
+  proc.kill("SIGTERM");
+  const poll = setInterval(() => {
+    try {
+      read();
+    } catch {
+      // gone: the last reading stands
+    }
+  }, 100);
+  const [code] = (await exited) as [number | null];
+  clearInterval(poll);
+  return code;
 }
 
 export const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
