@@ -6,10 +6,10 @@
 // descriptor closes and its file stays in progress, taking the destination's next flushes by its path (a lane opens
 // it for each append) until it rolls. Closing the file instead (completing it as on a roll) gave every destination
 // past the cap a file per flush: 10,000 destinations through 1,024 writers wrote files of a record or two. A writer
-// opening a file holds a place under the cap meanwhile. Parked writers are
-// bounded too, at PARKED_PER_WRITER x max_writers: past it the least recently used parked file completes (an
-// eviction roll). Unbounded, 41,000 destinations of a skewed workload kept 41,000 files in progress and the drain
-// that completed them all ran the heap out.
+// opening a file holds a place under the cap meanwhile. Parked writers are bounded too, at PARKED_PER_WRITER x
+// max_writers: past it the least recently used parked file completes (an eviction roll). Unbounded, 41,000
+// destinations of a skewed workload kept 41,000 files in progress and the drain that completed them all ran the heap
+// out.
 import type { Codec } from "../codec/index.ts";
 import { ArchiverError, ConfigError } from "../errors.ts";
 import type { Metrics } from "../observe/metrics.ts";
@@ -338,11 +338,8 @@ class Pool<T> implements WriterPool<T> {
     try {
       await f.file.park();
     } catch (err) {
-      this.#o.metrics.archiveErrors.inc();
-      w.file = undefined;
       if (this.#parked.get(w.destination) === w) this.#parked.delete(w.destination);
-      if (f.blockLengths.length > 0) this.#report(w, f, this.#now(), { error: err });
-      this.#abandon(f);
+      this.#giveUp(w, f, err);
     }
   }
 
@@ -416,11 +413,16 @@ class Pool<T> implements WriterPool<T> {
     try {
       await f.file.truncate(size);
     } catch (err) {
-      this.#o.metrics.archiveErrors.inc();
-      w.file = undefined;
-      if (f.blockLengths.length > 0) this.#report(w, f, this.#now(), { error: err });
-      this.#abandon(f);
+      this.#giveUp(w, f, err);
     }
+  }
+
+  /** Gives `w`'s file up after `err`: what it holds is reported errored, and what was written removed. */
+  #giveUp(w: Writer<T>, f: OpenFile<T>, err: unknown): void {
+    this.#o.metrics.archiveErrors.inc();
+    w.file = undefined;
+    if (f.blockLengths.length > 0) this.#report(w, f, this.#now(), { error: err });
+    this.#abandon(f);
   }
 
   /** Detaches the writer's file and completes it. */

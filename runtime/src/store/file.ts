@@ -142,9 +142,7 @@ class LocalFile implements ArchiveFile {
   /** The file's handle, opened again when parked. */
   async #live(op: string): Promise<FileHandle> {
     if (this.#handle !== undefined) return this.#handle;
-    if (!this.#parked) {
-      throw new ArchiverError("file_closed", `${op} ${this.#path}: the file is already closed`, "permanent");
-    }
+    if (!this.#parked) throw this.#closed(op);
     try {
       // No O_CREAT: a file removed while parked must fail its write, not start again empty under its name.
       this.#handle = await open(this.#partial, constants.O_WRONLY | constants.O_APPEND);
@@ -190,7 +188,11 @@ class LocalFile implements ArchiveFile {
   #target(): AppendTarget {
     if (this.#handle !== undefined) return this.#handle.fd;
     if (this.#parked) return this.#partial;
-    throw new ArchiverError("file_closed", `append ${this.#path}: the file is already closed`, "permanent");
+    throw this.#closed("append");
+  }
+
+  #closed(op: string): ArchiverError {
+    return new ArchiverError("file_closed", `${op} ${this.#path}: the file is already closed`, "permanent");
   }
 
   /** Counts what an append on a lane put on the file; a failure names the file (a codec's refusal passes as is). */
