@@ -7,7 +7,7 @@
 # Needs a Docker engine, kind, kubectl and helm on PATH (kind and helm are built with `go install` when missing and
 # Go is there), and the images it names from their registries. On the project's development machines the engine is
 # the testbed's (e2e/testbed/up containers; DOCKER_HOST from testbed.env), but kind's node image cannot be pulled
-# there: the README's "End to end on kind" has the error and what is missing. CI does not run it.
+# there: "End to end on kind" in docs/containers.md has the error and what is missing. CI does not run it.
 #
 #   KIND_CLUSTER=dfe-archiver-e2e   cluster name          RECORDS=2000   records produced
 #   KEEP_CLUSTER=1                  keep the cluster      TIMEOUT=300    seconds for each wait

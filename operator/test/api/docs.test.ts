@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { assertReadmeBlockCurrent } from "../../../e2e/support/readme.ts";
+import { assertPageCurrent } from "../../../e2e/support/docs.ts";
+import { FIELDS_PAGE } from "../../../scripts/doc-pages.ts";
 import { crdObject } from "../../src/api/crd.ts";
-import { CR_FIELDS, renderFieldTables } from "../../src/api/docs.ts";
+import { renderFieldTables } from "../../src/api/docs.ts";
 import { camelKey } from "../../src/api/keys.ts";
 import { OPERATOR_OWNED_KEYS, SECRET_ENV, SECRET_KEYS } from "../../src/api/spec.ts";
 import { schemaNodes, type Node } from "./helpers.ts";
@@ -30,9 +31,9 @@ function parse(): { rows: Map<string, string[]>; headings: string[] } {
   return { rows, headings };
 }
 
-describe("README ArchivePipeline fields", () => {
+describe("docs/archivepipeline.md ArchivePipeline fields", () => {
   it("match the CRD", () => {
-    assertReadmeBlockCurrent(CR_FIELDS);
+    assertPageCurrent(FIELDS_PAGE);
   });
 
   it("have a row for every field of the spec and the status, a Secret reference as one", () => {

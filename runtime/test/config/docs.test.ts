@@ -10,17 +10,15 @@ import {
   readBlock,
   renderConfigTable,
   spliceBlock,
-  type GeneratedBlock,
 } from "../../src/config/docs.ts";
-import { METRICS_TABLE } from "../../src/observe/docs.ts";
-import { CR_FIELDS } from "../../../operator/src/api/docs.ts";
 import { CONFIG_LEAVES, MEMORY_LEAVES } from "../../src/config/schema.ts";
-import { assertReadmeBlockCurrent, ROOT } from "../../../e2e/support/readme.ts";
+import { assertPageCurrent, ROOT } from "../../../e2e/support/docs.ts";
+import { CONFIG_PAGE, FIELDS_PAGE, GENERATED_PAGES, type GeneratedPage } from "../../../scripts/doc-pages.ts";
 import { tempDir } from "./helpers.ts";
 
-describe("README config table", () => {
+describe("docs/configuration.md config table", () => {
   it("matches the schema", () => {
-    assertReadmeBlockCurrent(CONFIG_TABLE);
+    assertPageCurrent(CONFIG_PAGE);
   });
 
   it("has one row per key, env-only memory keys included, with every cell filled", () => {
@@ -53,39 +51,54 @@ describe("README config table", () => {
 });
 
 describe("scripts/generate.ts", () => {
-  const BLOCKS = [CONFIG_TABLE, CR_FIELDS, METRICS_TABLE];
-  const stale = (blocks: GeneratedBlock[]) => blocks.map((b) => `${b.start}\nstale\n${b.end}\n`).join("\n");
-  const run = (readme: string) =>
-    spawnSync(process.execPath, [join(ROOT, "scripts", "generate.ts"), readme], { encoding: "utf8" });
+  const stale = ({ block }: GeneratedPage) => `# x\n\n${block.start}\nstale\n${block.end}\ntail\n`;
+  /** A root holding each page as `page` gives it (undefined: no such file). */
+  const root = (page: (p: GeneratedPage) => string | undefined) =>
+    tempDir(
+      Object.fromEntries(
+        GENERATED_PAGES.flatMap((p) => {
+          const text = page(p);
+          return text === undefined ? [] : [[p.file, text]];
+        }),
+      ),
+    );
+  const run = (dir: string) =>
+    spawnSync(process.execPath, [join(ROOT, "scripts", "generate.ts"), dir], { encoding: "utf8" });
+  const read = (dir: string, p: GeneratedPage) => readFileSync(join(dir, p.file), "utf8");
 
-  it("rewrites a README copy's blocks, then finds them current", () => {
-    const dir = tempDir({ "README.md": `# x\n\n${stale(BLOCKS)}tail\n` });
-    const path = join(dir, "README.md");
-    const first = run(path);
+  it("rewrites each page's block in a copy, then finds them current", () => {
+    const dir = root(stale);
+    const first = run(dir);
     assert.equal(first.status, 0, first.stderr);
-    assert.match(first.stdout, /config table, ArchivePipeline fields, metrics table rewritten/);
-    const text = readFileSync(path, "utf8");
-    for (const b of BLOCKS) assert.equal(readBlock(text, b), b.render(), b.name);
-    assert.ok(text.startsWith(`# x\n\n${TABLE_START}\n`) && text.endsWith(`${METRICS_TABLE.end}\ntail\n`));
-    const second = run(path);
+    for (const p of GENERATED_PAGES) {
+      assert.ok(first.stdout.includes(`${join(dir, p.file)} ${p.block.name} rewritten`), first.stdout);
+      const text = read(dir, p);
+      assert.equal(readBlock(text, p.block), p.block.render(), p.file);
+      assert.ok(text.startsWith(`# x\n\n${p.block.start}\n`) && text.endsWith(`${p.block.end}\ntail\n`), p.file);
+    }
+    const second = run(dir);
     assert.equal(second.status, 0, second.stderr);
-    assert.match(second.stdout, /README.md already current/);
+    for (const p of GENERATED_PAGES) assert.ok(second.stdout.includes(`${join(dir, p.file)} already current`));
   });
 
-  it("fails, naming the markers, when a README has none", () => {
-    const dir = tempDir({ "README.md": "# no markers\n" });
-    const r = run(join(dir, "README.md"));
+  it("fails, naming each page and its markers, when the pages have none", () => {
+    const dir = root(() => "# no markers\n");
+    const r = run(dir);
     assert.equal(r.status, 1);
-    for (const b of BLOCKS) assert.ok(r.stderr.includes(b.start), r.stderr);
-    assert.equal(readFileSync(join(dir, "README.md"), "utf8"), "# no markers\n");
+    for (const p of GENERATED_PAGES) {
+      assert.ok(r.stderr.includes(`${join(dir, p.file)} has no ${p.block.start}`), r.stderr);
+      assert.equal(read(dir, p), "# no markers\n");
+    }
   });
 
-  it("leaves a README missing one block's markers as it was, naming that block", () => {
-    const text = `# x\n\n${stale([CONFIG_TABLE, METRICS_TABLE])}`;
-    const dir = tempDir({ "README.md": text });
-    const r = run(join(dir, "README.md"));
-    assert.equal(r.status, 1);
-    assert.ok(r.stderr.includes(CR_FIELDS.start) && !r.stderr.includes(TABLE_START), r.stderr);
-    assert.equal(readFileSync(join(dir, "README.md"), "utf8"), text);
+  it("writes no page when one lacks its block or is missing, naming that one", () => {
+    for (const lacking of [() => "# no markers\n", () => undefined]) {
+      const dir = root((p) => (p === FIELDS_PAGE ? lacking() : stale(p)));
+      const r = run(dir);
+      assert.equal(r.status, 1);
+      assert.ok(r.stderr.includes(`${join(dir, FIELDS_PAGE.file)} has no ${FIELDS_PAGE.block.start}`), r.stderr);
+      assert.ok(!r.stderr.includes(TABLE_START), r.stderr);
+      assert.equal(read(dir, CONFIG_PAGE), stale(CONFIG_PAGE));
+    }
   });
 });

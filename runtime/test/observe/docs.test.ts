@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { assertReadmeBlockCurrent } from "../../../e2e/support/readme.ts";
-import { METRICS_TABLE, renderMetricsTable } from "../../src/observe/docs.ts";
+import { assertPageCurrent } from "../../../e2e/support/docs.ts";
+import { METRICS_PAGE } from "../../../scripts/doc-pages.ts";
+import { renderMetricsTable } from "../../src/observe/docs.ts";
 import { createMetrics } from "../../src/observe/metrics.ts";
 
 // The seed's Metrics section, by name and labels: the contract the table, and the registry behind it, must hold.
@@ -52,9 +53,9 @@ function rows(): Map<string, string[]> {
   return out;
 }
 
-describe("README metrics table", () => {
+describe("docs/metrics.md metrics table", () => {
   it("matches the registry", () => {
-    assertReadmeBlockCurrent(METRICS_TABLE);
+    assertPageCurrent(METRICS_PAGE);
   });
 
   it("has one row per registered metric, bare-named, with type, labels and help", () => {
