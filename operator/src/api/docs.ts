@@ -1,5 +1,6 @@
-// The README's ArchivePipeline field reference, generated from the CRD's OpenAPI schema (crd.ts) so it says what
-// `kubectl explain` says: scripts/generate.ts writes it between the markers, and a test fails when it is stale.
+// The ArchivePipeline field reference of docs/archivepipeline.md, generated from the CRD's OpenAPI schema (crd.ts) so
+// it says what `kubectl explain` says: scripts/generate.ts writes it between the markers, and a test fails when it is
+// stale.
 // A structural schema stores no defaults but spec.transport's, so crd.ts states each one as the description's closing
 // "Default: ..." sentence; the table moves it to a column of its own.
 import type { GeneratedBlock } from "../../../runtime/src/config/docs.ts";
