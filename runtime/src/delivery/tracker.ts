@@ -1,7 +1,7 @@
 // Offsets held until the file holding their records is durable, then released. Each partition commits only below
 // the lowest offset an unreleased hold carries. An Errored hold is never released: nothing reads its records again
 // short of a restart, so the pipeline drains and exits non-zero (withheld) and the restart reads from the floor.
-import { Hold } from "./hold.ts";
+import { Hold, type HeldTally } from "./hold.ts";
 
 export type ReleaseOutcome = "done" | "rejected" | "dropped" | "errored";
 
@@ -34,6 +34,7 @@ export class OffsetTracker {
   readonly #index = new Map<string, number>();
   readonly #open = new Set<Hold>();
   readonly #errored = new Set<Hold>();
+  readonly #held: HeldTally = { records: 0 };
   readonly #holdsCommit: boolean;
 
   constructor(opts: TrackerOptions) {
@@ -65,6 +66,7 @@ export class OffsetTracker {
   /** A new hold, counted against the commit floor until it is released. */
   open(): Hold {
     const h = new Hold();
+    h.tally = this.#held;
     this.#open.add(h);
     return h;
   }
@@ -72,6 +74,8 @@ export class OffsetTracker {
   /** Folds `from` into `into` (both open, carried by the same file); false when either is not open. */
   merge(into: Hold, from: Hold): boolean {
     if (!this.#open.has(into) || !this.#open.delete(from)) return false;
+    // `from`'s records stay in the tally, carried by `into` now (absorb counts nothing again).
+    from.tally = undefined;
     into.absorb(from);
     return true;
   }
@@ -85,6 +89,8 @@ export class OffsetTracker {
   /** Releases a hold. Errored keeps its offsets unreleased for good; returns the records that hold carried. */
   release(hold: Hold, outcome: ReleaseOutcome): number {
     if (!this.#open.delete(hold)) return 0;
+    hold.tally = undefined;
+    this.#held.records -= hold.records;
     if (outcome === "errored") this.#errored.add(hold);
     return hold.records;
   }
@@ -157,9 +163,7 @@ export class OffsetTracker {
 
   /** Records held by unreleased holds. */
   heldRecords(): number {
-    let n = 0;
-    for (const h of this.#open) n += h.records;
-    return n;
+    return this.#held.records;
   }
 
   /** Approximate bytes the held offsets cost (the seed's design spends about 32 a record). */

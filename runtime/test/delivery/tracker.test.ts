@@ -101,3 +101,27 @@ test("holds merged into their file's hold keep the floor and release together", 
   t.release(file, "done");
   assert.deepEqual(offsetsOf(t), { "x/0": "11", "x/1": "11" });
 });
+
+test("held records follow adds, merges, dropped slots and releases, an Errored hold included", () => {
+  const t = new OffsetTracker({ holdsCommit: true });
+  const p = t.slot("x", 0);
+  const q = t.slot("x", 1);
+  const [file, flush, lost] = [t.open(), t.open(), t.open()];
+  file.addRun(p, 0, 5);
+  flush.addRun(q, 3, 4);
+  lost.add(p, 9);
+  assert.equal(t.heldRecords(), 10);
+  assert.equal(t.merge(file, flush), true);
+  assert.equal(t.heldRecords(), 10, "a merge moves records, it adds none");
+  flush.add(q, 20);
+  assert.equal(t.heldRecords(), 10, "a hold merged away counts no more");
+  assert.equal(file.dropSlot(q), 4);
+  assert.equal(t.heldRecords(), 6);
+  assert.equal(t.release(lost, "errored"), 1);
+  assert.equal(t.heldRecords(), 5);
+  lost.add(p, 10);
+  assert.equal(t.heldRecords(), 5, "a released hold counts no more");
+  t.release(file, "done");
+  assert.equal(t.heldRecords(), 0);
+  assert.equal(file.records, 5, "dropSlot left the rest of the hold");
+});
