@@ -1,11 +1,14 @@
 // The loop that joins the stages: transport batch -> route -> hot buffer -> flush (compress one frame) -> writer
 // appends -> roll -> file complete -> delivery releases the file's offsets -> transport commits the floor.
 import { randomBytes } from "node:crypto";
+import { join } from "node:path";
 import type { Logger } from "pino";
 import type { ResolvedConfig } from "./config/resolve.ts";
 import { createRouter, TOO_DEEP } from "./route/router.ts";
 import { routeBatch, type RouteSpec, type Routed, type RoutedChunk, type RoutedGroup } from "./route/block.ts";
-import { HotBufferPool, joined, releaseFlush, viewsOf, type FlushBatch } from "./buffer/hot.ts";
+import { flushPieces, HotBufferPool, releaseFlush, viewsOf, wholeBatch, type FlushBatch } from "./buffer/hot.ts";
+import { Spill } from "./buffer/spill.ts";
+import { resolveSpoolBudget } from "./store/spool.ts";
 import { createCodec, readBlocks, type Codec } from "./codec/index.ts";
 import { codecLanes } from "./codec/lanes.ts";
 import type { DeadLetter, KafkaDlq } from "./dlq/kafka.ts";
@@ -106,6 +109,7 @@ export class Pipeline implements TransportSink {
   #stalled = 0;
   #drainStartedAt: number | undefined;
   readonly #inflightCap: number;
+  readonly #spill: Spill | undefined;
   /** Records a turn buffers together, at most (one chunk more when a single chunk is larger). */
   readonly #turnRecords: number;
   readonly #waiters: (() => void)[] = [];
@@ -157,9 +161,14 @@ export class Pipeline implements TransportSink {
     this.#codec = createCodec(cfg.compression.codec, cfg.compression.level);
     const memory = deps.memory;
     const capBytes = Math.floor(memory.bytes / 4);
+    codecLanes().limitSpares(memory.bytes);
     this.#inflightCap = Math.max(capBytes / 2, cfg.buffer.flush_bytes * 2);
     this.#turnRecords = cfg.kafka.batch_size * TURN_BATCHES;
+    // Read back at most half what may be in flight: the drain reads every destination's spill at once.
+    this.#spill = openSpill(cfg, this.#inflightCap / 2, this.#log);
     this.#buffers = new HotBufferPool({
+      spill: this.#spill,
+      onSpill: () => this.#m.hotBufferSpills.inc(),
       flushBytes: cfg.buffer.flush_bytes,
       flushRecords: cfg.buffer.flush_records,
       flushAgeMs: cfg.buffer.flush_age_secs * 1000,
@@ -216,7 +225,7 @@ export class Pipeline implements TransportSink {
         // reading of `settled`, and held 10,000 destinations paused 10-15 s a time under the pause point, above a
         // floor that resume_below never reaches.
         if (readRss() >= memoryPausePoint) this.#buffers.shed();
-        reclaim();
+        reclaim(this.#inflight.size === 0 && this.#stalled === 0);
       },
       // With nothing in flight (what was shed has landed), waiting longer frees nothing more: memory then holds the
       // latch only at pause_above.
@@ -599,7 +608,7 @@ export class Pipeline implements TransportSink {
       .catch((err: unknown) => (isRetryable(err) ? this.#writeFailed(b, err) : this.#refused(b, err)))
       .finally(() => {
         // The frame is on file (or its records dead-lettered from a copy, or Errored): nothing reads the pieces again.
-        releaseFlush(b);
+        releaseFlush(b, this.#spill);
         this.#inflightBytes -= bytes;
         this.#inflight.delete(next);
         if (this.#chains.get(b.destination) === next) this.#chains.delete(b.destination);
@@ -624,20 +633,20 @@ export class Pipeline implements TransportSink {
     this.#log.warn({ err, destination: b.destination, records: b.records }, "batch refused for good: dead-lettering");
     const reason = err instanceof Error ? err.message : String(err);
     const letters: DeadLetter[] = [];
-    const data = joined(b);
+    const { data, ends, offsets, runs } = wholeBatch(b, this.#spill);
     let i = 0;
     let start = 0;
-    for (let r = 0; r < b.runs.length; r += 3) {
-      const ref = this.#tracker.ref(b.runs[r] ?? 0);
-      for (let k = 0; k < (b.runs[r + 1] ?? 0); k++, i++) {
-        const end = b.ends[i] ?? start;
+    for (let r = 0; r < runs.length; r += 3) {
+      const ref = this.#tracker.ref(runs[r] ?? 0);
+      for (let k = 0; k < (runs[r + 1] ?? 0); k++, i++) {
+        const end = ends[i] ?? start;
         letters.push({
           payload: data.subarray(start, end - 1),
           reason,
           destination: b.destination,
           topic: ref.topic,
           partition: ref.partition,
-          offset: String(b.offsets[i]),
+          offset: String(offsets[i]),
         });
         start = end;
       }
@@ -652,7 +661,14 @@ export class Pipeline implements TransportSink {
    * begins it gets WRITE_RETRY_AFTER_DRAIN_MS more, then its batch is Errored (the restart reads it again).
    */
   async #appendHeld(b: FlushBatch): Promise<void> {
-    const block = { raw: b.pieces, codec: this.#codec };
+    let raw: readonly Buffer[];
+    try {
+      raw = await flushPieces(b, this.#spill);
+    } catch (err) {
+      // Its records are in no file yet: held, so the restart reads them again.
+      throw new ArchiverError("spill_unreadable", `spilled records unreadable: ${String(err)}`, "retryable");
+    }
+    const block = { raw, codec: this.#codec };
     for (let failures = 0; ;) {
       try {
         await this.#writers.append(b.destination, block, b.records, b.bytes, b.hold);
@@ -847,6 +863,7 @@ export class Pipeline implements TransportSink {
     const s = this.#buffers.stats();
     this.#m.hotBuffersActive.set(s.buffers);
     this.#m.hotBuffersBytes.set(s.bytes);
+    this.#m.spilledBytes.set(this.#spill?.bytes ?? 0);
     this.#m.bufferBytes.set(s.bytes + this.#inflightBytes);
     this.#m.bufferRecords.set(s.records);
     this.#m.heldRecords.set(this.#tracker.heldRecords());
@@ -911,10 +928,26 @@ export class Pipeline implements TransportSink {
     this.#gauges();
     await this.#transport.close();
     await this.#dlq?.close();
+    await this.#spill?.close();
     const reason = this.#exitReason ?? (this.#tracker.withheld ? "offsets withheld" : undefined);
     const exit: PipelineExit = reason ? { code: 1, reason } : { code: 0 };
     this.#log.info({ ...exit }, "drained");
     this.#resolveDone(exit);
     return exit;
+  }
+}
+
+/**
+ * The hot buffers' spill, under spool_dir: at most min_free_spool_bytes of it (the room the spool keeps free at
+ * startup), read back at most `readCapBytes` at once. Without a spool to write (a local run with no spool volume), the
+ * hot buffers flush what the bound relieves, as they did before the spill.
+ */
+function openSpill(cfg: ResolvedConfig, readCapBytes: number, log: Logger): Spill | undefined {
+  const dir = join(cfg.buffer.spool_dir, "spill");
+  try {
+    return new Spill(dir, resolveSpoolBudget(cfg, process.env).minFreeSpoolBytes, readCapBytes);
+  } catch (err) {
+    log.warn({ err, dir }, "no spill: hot buffers relieved for the memory bound flush small frames instead");
+    return undefined;
   }
 }

@@ -14,6 +14,7 @@
 import type { Hold } from "../delivery/hold.ts";
 import { codecLanes, copyInto } from "../codec/lanes.ts";
 import { BlockPool } from "./blocks.ts";
+import { written, type Segment, type Spill, type SpilledRecords } from "./spill.ts";
 
 /** The hot buffers together hold at most this many times flush_bytes (and never more than the shared cap). */
 export const HOT_BUFFER_FLUSHES = 128;
@@ -56,6 +57,12 @@ export interface FlushBatch {
   readonly offsets: Float64Array;
   /** Runs of consecutive records from one partition slot: [slot, records, endByte] triples. */
   readonly runs: readonly number[];
+  /**
+   * Records spilled ahead of the pieces (see spill.ts), read back by spilledPieces before the batch is written;
+   * `bytes` and `records` count them, `ends` and `offsets` do not.
+   */
+  readonly spilled: readonly Segment[];
+  readonly spilledBytes: number;
 }
 
 /**
@@ -84,8 +91,65 @@ export function joined(b: FlushBatch): Buffer {
 /** The hot buffers' blocks, one pool a process: a flush gives its block back wherever it lands. */
 const blocks = new BlockPool();
 
+/** What the spilled records of a batch were read back into, until releaseFlush. */
+const readBack = new WeakMap<FlushBatch, Buffer>();
+
+/**
+ * The batch's payloads, its spilled records read back first (into a pooled block, within the spill's read cap);
+ * the batch's own pieces when it spilled nothing.
+ */
+export async function flushPieces(b: FlushBatch, spill: Spill | undefined): Promise<readonly Buffer[]> {
+  if (b.spilled.length === 0 || spill === undefined) return b.pieces;
+  let block = readBack.get(b);
+  if (block === undefined) {
+    await spill.take(b.spilledBytes);
+    block = blocks.alloc(b.spilledBytes);
+    readBack.set(b, block);
+  }
+  const data = block.subarray(0, b.spilledBytes);
+  await spill.read(b.spilled, data);
+  return [data, ...b.pieces];
+}
+
+/** The batch whole and now, its spilled records included: for what splits it back into records (dead letters). */
+export function wholeBatch(b: FlushBatch, spill: Spill | undefined): SpilledRecords {
+  const own = { data: joined(b), ends: b.ends, offsets: b.offsets, runs: b.runs };
+  if (b.spilled.length === 0 || spill === undefined) return own;
+  return stitch(
+    b.spilled.map((s) => spill.readNow(s)),
+    own,
+  );
+}
+
+/** Records in parts, joined end to end, each part's ends and runs moved past the bytes before it. */
+function stitch(parts: readonly SpilledRecords[], last: SpilledRecords): SpilledRecords {
+  const all = [...parts, last];
+  const records = all.reduce((n, p) => n + p.ends.length, 0);
+  const ends = new Uint32Array(records);
+  const offsets = new Float64Array(records);
+  const runs: number[] = [];
+  let at = 0;
+  let base = 0;
+  for (const p of all) {
+    for (let i = 0; i < p.ends.length; i++) ends[at + i] = base + (p.ends[i] ?? 0);
+    offsets.set(p.offsets, at);
+    for (let i = 0; i < p.runs.length; i += 3)
+      runs.push(p.runs[i] ?? 0, p.runs[i + 1] ?? 0, base + (p.runs[i + 2] ?? 0));
+    at += p.ends.length;
+    base += p.data.length;
+  }
+  return { data: Buffer.concat(all.map((p) => p.data)), ends, offsets, runs };
+}
+
 /** A flush's pieces are read no more: its block and route replies go back for reuse. Call once. */
-export function releaseFlush(b: FlushBatch): void {
+export function releaseFlush(b: FlushBatch, spill?: Spill): void {
+  const back = readBack.get(b);
+  if (back !== undefined) {
+    blocks.free(back);
+    readBack.delete(b);
+    spill?.give(b.spilledBytes);
+  }
+  if (spill !== undefined) for (const s of b.spilled) spill.release(s);
   for (const block of b.blocks) blocks.free(block);
   for (const piece of b.pieces) {
     if (piece.buffer instanceof SharedArrayBuffer) codecLanes().releaseReply(piece.buffer);
@@ -113,6 +177,10 @@ export interface HotBufferOptions {
   onFlush: (batch: FlushBatch) => void;
   /** A hold left with no records once a discard emptied its buffer: the owner releases it. */
   onEmptied: (hold: Hold) => void;
+  /** Where a buffer relieved for the bound puts its records (see spill.ts); without it, it flushes them. */
+  spill?: Spill;
+  /** A buffer's records went to the spill. */
+  onSpill?: () => void;
   now?: () => number;
 }
 
@@ -133,6 +201,10 @@ class HotBuffer {
   runs: number[] = [];
   hold: Hold | undefined;
   openedAt = 0;
+  /** Records spilled ahead of what the buffer holds in memory, in order. */
+  segments: Segment[] = [];
+  spilledBytes = 0;
+  spilledRecords = 0;
 
   constructor(destination: string) {
     this.destination = destination;
@@ -147,6 +219,8 @@ export class HotBufferPool {
   /** Buffers holding pieces, for settle: visiting all of ten thousand buffers a turn to find them cost more. */
   #unsettled: HotBuffer[] = [];
   #bytes = 0;
+  /** Bytes written to the spill and not yet on file: still in memory. */
+  #spilling = 0;
   readonly #boundBytes: number;
   readonly #maxBuffers: number;
 
@@ -168,15 +242,16 @@ export class HotBufferPool {
     for (let from = 0; from < n;) {
       const b = this.#touch(destination);
       const base = from === 0 ? 0 : (ends[endsAt + from - 1] ?? 0);
-      const room = this.#opts.flushRecords - b.records;
+      const room = this.#opts.flushRecords - b.records - b.spilledRecords;
+      const held = b.length + b.spilledBytes;
       let to = from;
       while (to < n) {
         to++;
-        if (b.length + (ends[endsAt + to - 1] ?? 0) - base >= this.#opts.flushBytes || to - from >= room) break;
+        if (held + (ends[endsAt + to - 1] ?? 0) - base >= this.#opts.flushBytes || to - from >= room) break;
       }
       this.#append(b, slot, records, from, to);
-      if (b.length >= this.#opts.flushBytes) this.#flush(b, "bytes");
-      else if (b.records >= this.#opts.flushRecords) this.#flush(b, "records");
+      if (b.length + b.spilledBytes >= this.#opts.flushBytes) this.#flush(b, "bytes");
+      else if (b.records + b.spilledRecords >= this.#opts.flushRecords) this.#flush(b, "records");
       if (this.#bytes > this.#boundBytes) this.#relieveCap();
       from = to;
     }
@@ -281,7 +356,7 @@ export class HotBufferPool {
 
   #flush(b: HotBuffer, trigger: FlushTrigger): void {
     this.#buffers.delete(b.destination);
-    if (b.records === 0 || b.hold === undefined || b.ends === undefined || b.offsets === undefined) {
+    if (b.records + b.spilledRecords === 0 || b.hold === undefined) {
       freeBlocks(b);
       return;
     }
@@ -290,14 +365,16 @@ export class HotBufferPool {
     const batch: FlushBatch = {
       destination: b.destination,
       pieces: head.length === 0 ? b.pieces : [...head, ...b.pieces],
-      bytes: b.length,
-      records: b.records,
+      bytes: b.spilledBytes + b.length,
+      records: b.spilledRecords + b.records,
       hold: b.hold,
       trigger,
-      blocks: b.data === undefined ? [b.index as Buffer] : [b.data, b.index as Buffer],
-      ends: b.ends.subarray(0, b.records),
-      offsets: b.offsets.subarray(0, b.records),
+      blocks: [b.data, b.index].filter((x) => x !== undefined),
+      ends: b.ends === undefined ? new Uint32Array(0) : b.ends.subarray(0, b.records),
+      offsets: b.offsets === undefined ? new Float64Array(0) : b.offsets.subarray(0, b.records),
       runs: b.runs,
+      spilled: b.segments,
+      spilledBytes: b.spilledBytes,
     };
     // The batch has the block and the pieces now: a settle must not copy and release what the flush still reads.
     b.pieces = [];
@@ -321,10 +398,93 @@ export class HotBufferPool {
 
   #flushDownTo(target: number): void {
     const bySize = [...this.#buffers.values()].sort((a, b) => b.length - a.length);
+    const spill = this.#opts.spill;
+    const relieved: HotBuffer[] = [];
+    let spilling = 0;
     for (const b of bySize) {
-      if (this.#bytes <= target) break;
-      this.#flush(b, "cap");
+      if (this.#bytes - spilling <= target) break;
+      if (b.length === 0) continue;
+      // Spilled when the spill has room and the buffer is still far from a frame's worth; else a frame now.
+      if (spill !== undefined && b.spilledBytes + b.length < this.#opts.flushBytes && spill.room(b.length)) {
+        relieved.push(b);
+        spilling += b.length;
+      } else this.#flush(b, "cap");
     }
+    for (const b of relieved) this.#spillOne(b, spill as Spill);
+  }
+
+  /** Writes what `b` holds in memory to the spill; its memory goes back once the write is done. */
+  #spillOne(b: HotBuffer, spill: Spill): void {
+    if (b.ends === undefined || b.offsets === undefined || b.records === 0) return;
+    const head = b.data === undefined || b.blockLength === 0 ? [] : [b.data.subarray(0, b.blockLength)];
+    const pieces = [...head, ...b.pieces];
+    const segment = spill.write(
+      pieces,
+      b.length,
+      b.ends.subarray(0, b.records),
+      b.offsets.subarray(0, b.records),
+      b.runs,
+    );
+    b.segments.push(segment);
+    this.#opts.onSpill?.();
+    b.spilledBytes += b.length;
+    b.spilledRecords += b.records;
+    this.#bytes -= b.length;
+    this.#spilling += b.length;
+    const bytes = b.length;
+    const replies = b.pieces;
+    const memory = [b.data, b.index];
+    b.data = undefined;
+    b.index = undefined;
+    b.ends = undefined;
+    b.offsets = undefined;
+    b.pieces = [];
+    b.runs = [];
+    b.length = 0;
+    b.blockLength = 0;
+    b.records = 0;
+    const done = (): void => {
+      this.#spilling -= bytes;
+      for (const m of memory) if (m !== undefined) blocks.free(m);
+      for (const piece of replies) codecLanes().releaseReply(piece.buffer as SharedArrayBuffer);
+    };
+    void segment.writing?.then(done, done);
+  }
+
+  /**
+   * Reads `b`'s spilled records back into its block, ahead of what it holds, before a discard rewrites it; false
+   * (nothing read) while a segment is still being written.
+   */
+  #unspill(b: HotBuffer, spill: Spill): boolean {
+    if (b.segments.length === 0) return true;
+    if (!b.segments.every(written)) return false;
+    this.#settleOne(b);
+    const parts = b.segments.map((s) => spill.readNow(s));
+    const mem = {
+      data: b.data === undefined ? Buffer.alloc(0) : b.data.subarray(0, b.blockLength),
+      ends: b.ends === undefined ? new Uint32Array(0) : b.ends.subarray(0, b.records),
+      offsets: b.offsets === undefined ? new Float64Array(0) : b.offsets.subarray(0, b.records),
+      runs: b.runs,
+    };
+    const whole = stitch(parts, mem);
+    const records = whole.ends.length;
+    const data = blocks.alloc(whole.data.length);
+    copyInto(data, 0, whole.data);
+    if (b.data !== undefined) blocks.free(b.data);
+    b.data = data;
+    growIndex(b, records);
+    (b.ends as Uint32Array).set(whole.ends);
+    (b.offsets as Float64Array).set(whole.offsets);
+    for (const s of b.segments) spill.release(s);
+    this.#bytes += b.spilledBytes;
+    b.length = whole.data.length;
+    b.blockLength = b.length;
+    b.records = records;
+    b.runs = whole.runs as number[];
+    b.segments = [];
+    b.spilledBytes = 0;
+    b.spilledRecords = 0;
+    return true;
   }
 
   /** Flushes every buffer older than flush_age (call about once a second). */
@@ -342,7 +502,9 @@ export class HotBufferPool {
   discardSlots(slots: ReadonlySet<number>): number {
     let discarded = 0;
     for (const b of [...this.#buffers.values()]) {
-      if (!b.runs.some((_, i) => i % 3 === 0 && slots.has(b.runs[i] ?? -1))) continue;
+      if (!(b.hold?.slots.some((s) => slots.has(s)) ?? false)) continue;
+      // A buffer whose spill is still being written keeps its records: written later, they are read again too.
+      if (this.#opts.spill !== undefined && !this.#unspill(b, this.#opts.spill)) continue;
       this.#settleOne(b);
       discarded += this.#discard(b, slots);
       if (b.records === 0) {
@@ -392,10 +554,11 @@ export class HotBufferPool {
     return dropped;
   }
 
+  /** Buffers, the bytes they hold in memory (what is being spilled included), and their records, spilled too. */
   stats(): { buffers: number; bytes: number; records: number } {
     let records = 0;
-    for (const b of this.#buffers.values()) records += b.records;
-    return { buffers: this.#buffers.size, bytes: this.#bytes, records };
+    for (const b of this.#buffers.values()) records += b.records + b.spilledRecords;
+    return { buffers: this.#buffers.size, bytes: this.#bytes + this.#spilling, records };
   }
 }
 

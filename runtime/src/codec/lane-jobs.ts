@@ -11,6 +11,7 @@ import type * as Snappy from "snappy";
 import { ArchiverError } from "../errors.ts";
 import { lazyNative } from "../native.ts";
 import { routeBlock } from "../route/block.ts";
+import { collectSoon } from "../regulate/sampler.ts";
 import { sharedReplyMemory } from "../route/reply-wasm.ts";
 import type { SharedWasmMemory } from "../wasm.ts";
 import { CODEC_NAMES } from "./index.ts";
@@ -338,14 +339,33 @@ function replyMemory(size: number): SharedWasmMemory {
     if (length >= size && (best < 0 || length < (spares[best] as SharedWasmMemory).buffer.byteLength)) best = i;
   }
   if (best >= 0) return spares.splice(best, 1)[0] as SharedWasmMemory;
-  return sharedReplyMemory(size + (size >> 1));
+  const fresh = sharedReplyMemory(size + (size >> 1));
+  freshBytes += fresh.buffer.byteLength;
+  if (freshBytes >= COLLECT_AFTER_BYTES) {
+    freshBytes = 0;
+    collectSoon();
+  }
+  return fresh;
 }
+
+/**
+ * Shared memory is counted towards no collection (see lanes.ts recycle), and a lane allocates little else, so its
+ * heap went uncollected for minutes: replies it made, and spares it let go, kept their memory all that time. With
+ * 1,000 destinations under a 512 MiB limit, 27 replies of 7 MB (131 MB) stayed with nothing buffered or in flight,
+ * and held the memory latch paused for good. So a lane collects once it has made this much fresh reply memory.
+ */
+const COLLECT_AFTER_BYTES = 64 << 20;
+let freshBytes = 0;
 
 // Batches run one after another, snappy's awaits included, so appends to one descriptor keep their order.
 let tail = Promise.resolve();
 port.on("message", (batch: LaneBatch) => {
   spares.push(...batch.spares);
   spares.sort((a, b) => b.buffer.byteLength - a.buffer.byteLength).splice(SPARES_KEPT);
+  // Within the lane's bytes too, the largest kept first (what is let go is collected with the next garbage).
+  let kept = 0;
+  const within = spares.findIndex((m) => (kept += m.buffer.byteLength) > batch.spareBytes);
+  if (within >= 0) spares.splice(within);
   tail = tail
     .then(() => run(batch))
     .then((reply) => port.postMessage(reply, [reply.data, reply.lengths.buffer]))

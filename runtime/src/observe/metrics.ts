@@ -17,6 +17,8 @@ export interface Metrics {
   readonly archiveRoll: Counter<"trigger">;
   readonly writerEvictions: Counter;
   readonly hotBufferEvictions: Counter;
+  readonly hotBufferSpills: Counter;
+  readonly spilledBytes: Gauge;
   readonly flushOperations: Counter;
   readonly archiveErrors: Counter;
   readonly kafkaCommitErrors: Counter;
@@ -81,6 +83,11 @@ export function createMetrics(opts: { namespace?: string | undefined; defaultMet
       "hot_buffer_evictions_total",
       "Hot buffers flushed early because a record for another destination needed their slot",
     ),
+    hotBufferSpills: counter(
+      "hot_buffer_spills_total",
+      "Hot buffers whose records went to the spill in the spool, the hot buffers' memory bound being reached",
+    ),
+    spilledBytes: gauge("spilled_bytes", "Bytes of hot-buffer records spilled to the spool, awaiting their flush"),
     flushOperations: counter("flush_operations_total", "Flush operations"),
     archiveErrors: counter("archive_errors_total", "Archive errors, each failed attempt counted"),
     kafkaCommitErrors: counter("kafka_commit_errors_total", "Offset releases the transport failed"),

@@ -1,6 +1,19 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { HotBufferPool, hotBufferBounds, joined, type BufferedRecords, type FlushBatch } from "../../src/buffer/hot.ts";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  flushPieces,
+  HotBufferPool,
+  hotBufferBounds,
+  joined,
+  releaseFlush,
+  wholeBatch,
+  type BufferedRecords,
+  type FlushBatch,
+} from "../../src/buffer/hot.ts";
+import { Spill } from "../../src/buffer/spill.ts";
 import { OffsetTracker } from "../../src/delivery/tracker.ts";
 
 function pool(over: Partial<ConstructorParameters<typeof HotBufferPool>[0]> = {}) {
@@ -231,4 +244,91 @@ test("shed flushes the largest buffers down to half of what all of them hold", (
     ["a", "b", "c"],
   );
   assert.deepEqual(p.stats(), { buffers: 0, bytes: 0, records: 0 });
+});
+
+/** Resolves once `cond` holds, polling; fails after 5 s. */
+async function until(cond: () => boolean): Promise<void> {
+  for (const t0 = Date.now(); !cond(); await new Promise((r) => setTimeout(r, 10))) {
+    if (Date.now() - t0 > 5000) assert.fail("condition not met in 5 s");
+  }
+}
+
+/** A spill in a temp directory of its own, removed after the test. */
+function spillFor(t: { after: (fn: () => void) => void }, budget = 1 << 20, readCap = 1 << 20): Spill {
+  const dir = mkdtempSync(join(tmpdir(), "dfe-spill-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return new Spill(dir, budget, readCap);
+}
+
+test("past the bound buffers spill rather than flush, and their flush reads the spill back first, in order", async (t) => {
+  const spill = spillFor(t);
+  // A 200-byte cap: a 100-byte bound; flush_bytes 1000, so a relieved buffer is far from a frame's worth.
+  const { p, flushed } = pool({ capBytes: 200, spill });
+  p.add("a", 0, rec(0, "a".repeat(40)));
+  p.add("b", 0, rec(1, "b".repeat(30)));
+  p.add("a", 0, rec(2, "A".repeat(40)));
+  assert.equal(flushed.length, 0, "relieved by the spill: no frame yet");
+  assert.ok(spill.bytes > 0);
+  // Its memory goes back once the spill is written.
+  await until(() => p.stats().bytes <= 100);
+  assert.equal(p.stats().records, 3, "spilled records still count as buffered");
+  p.add("a", 0, rec(3, "tail"));
+  p.flushAll();
+  const a = flushed.find((b) => b.destination === "a") as FlushBatch;
+  assert.equal(a.records, 3);
+  assert.equal(a.bytes, 41 + 41 + 5);
+  const pieces = await flushPieces(a, spill);
+  assert.deepEqual(Buffer.concat(pieces).toString().split("\n").slice(0, -1), ["a".repeat(40), "A".repeat(40), "tail"]);
+  const whole = wholeBatch(a, spill);
+  assert.deepEqual([...whole.ends], [41, 82, 87], "ends run on past the spilled records");
+  assert.deepEqual([...whole.offsets], [0, 2, 3]);
+  assert.deepEqual(whole.runs, [0, 2, 82, 0, 1, 87], "runs too, the spilled one first");
+  for (const b of flushed) releaseFlush(b, spill);
+  assert.equal(spill.bytes, 0, "released segments leave nothing spilled");
+});
+
+test("a revoked partition's spilled records are read back and discarded with the rest", async (t) => {
+  const spill = spillFor(t);
+  const { p, flushed, tracker } = pool({ capBytes: 200, spill });
+  const a = tracker.slot("t", 0);
+  const b = tracker.slot("t", 1);
+  p.add("d", a, rec(0, "a".repeat(40)));
+  p.add("d", b, rec(1, "b".repeat(40)));
+  p.add("e", a, rec(2, "e".repeat(40)));
+  // A revoke discards spilled records once they are on file (before, they are kept and written: read again).
+  await until(() => p.stats().bytes === 41);
+  p.add("d", a, rec(3, "tail"));
+  assert.equal(p.discardSlots(new Set([b])), 1);
+  p.flushAll();
+  const d = flushed.find((x) => x.destination === "d") as FlushBatch;
+  assert.deepEqual(lines(d), ["a".repeat(40), "tail"]);
+  assert.equal(d.spilled.length, 0, "read back into memory");
+  assert.equal(d.hold.records, 2);
+  for (const x of flushed) releaseFlush(x, spill);
+  assert.equal(spill.bytes, 0);
+});
+
+test("spill files are unlinked once open, and reads wait within the read cap", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "dfe-spill-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const spill = new Spill(dir, 1 << 20, 100);
+  const s = spill.write([Buffer.from("hello\n")], 6, new Uint32Array([6]), new Float64Array([7]), [3, 1, 6]);
+  await s.writing;
+  assert.deepEqual(readdirSync(dir), [], "nothing left to find after a crash");
+  const back = spill.readNow(s);
+  assert.deepEqual(
+    [back.data.toString(), [...back.ends], [...back.offsets], back.runs],
+    ["hello\n", [6], [7], [3, 1, 6]],
+  );
+  await spill.take(80);
+  let second = false;
+  const waiting = spill.take(30).then(() => (second = true));
+  await new Promise((r) => setImmediate(r));
+  assert.equal(second, false, "past the cap a read waits");
+  spill.give(80);
+  await waiting;
+  assert.equal(second, true);
+  assert.equal(spill.room(1 << 20), false, "the budget counts what is spilled");
+  spill.release(s);
+  await spill.close();
 });

@@ -117,6 +117,25 @@ test("10,000 destinations to local files under 512 MiB: each record once, a file
   assert.deepEqual(committed, end, "committed offsets equal the end offsets");
 });
 
+test("2,000 destinations past the hot buffers' bound spill and read back: each record once, in its own destination", async (t) => {
+  const dir = tempDir(t);
+  // flush_bytes of 64 KiB bounds the hot buffers at 8 MiB, under the 35 MB produced; buffers flush only at the drain.
+  const { a, topic, groupId } = await run(
+    t,
+    200,
+    { destination: `file://${join(dir, "archive")}` },
+    { flush_bytes: 65536, flush_age_secs: 600 },
+  );
+  await waitMetric(a, "messages_received_total", N, 180_000);
+  assert.ok((await a.metric("hot_buffer_spills_total")) > 0, "buffers spilled");
+  assert.ok((await a.metric("spilled_bytes")) > 0, "spilled records wait in the spool");
+  assert.equal(await a.stop("SIGTERM"), 0, `runtime did not exit 0:\n${a.output().slice(-4000)}`);
+  const { files } = readArchive(join(dir, "archive"));
+  checkArchive(files, topic, 200, false);
+  const { committed, end } = await groupOffsets(groupId, topic);
+  assert.deepEqual(committed, end, "committed offsets equal the end offsets");
+});
+
 test("2,000 destinations to MinIO under 512 MiB: each record once, committed to the end", async (t) => {
   const bucket = await minioBucket(t);
   const s3 = s3Client();
