@@ -110,7 +110,9 @@ for u in "${USERS[@]}"; do MATERIAL+=("$STATE/${u%%=*}.kubeconfig"); done
 KUBELET_CLIENT=()
 if [[ $ADDRESS != 127.* ]]; then
   MATERIAL+=("$PKI"/kubelet-client.{crt,key})
-  KUBELET_CLIENT=(--kubelet-client-certificate "$PKI/kubelet-client.crt" --kubelet-client-key "$PKI/kubelet-client.key")
+  # A node's name (--hostname-override) resolves nowhere: its InternalIP is where its kubelet listens.
+  KUBELET_CLIENT=(--kubelet-client-certificate "$PKI/kubelet-client.crt" --kubelet-client-key "$PKI/kubelet-client.key"
+    --kubelet-preferred-address-types InternalIP,Hostname)
 fi
 checked() { { echo "$SERVER"; sha256sum "${MATERIAL[@]}" 2>/dev/null; } || true; }
 
