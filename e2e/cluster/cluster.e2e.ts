@@ -56,7 +56,10 @@ const json = async <T>(args: readonly string[]): Promise<T> =>
 const helm = (args: readonly string[], opts: { allowFailure?: boolean } = {}) =>
   run(need("TESTBED_HELM"), ["--kubeconfig", need("TESTBED_CLUSTER_KUBECONFIG"), ...args], opts);
 const crictl = (args: readonly string[]) =>
-  run(need("TESTBED_CLUSTER_CRICTL"), ["--runtime-endpoint", need("TESTBED_CLUSTER_CONTAINERD"), ...args]);
+  run(need("TESTBED_CLUSTER_CRICTL"), ["--runtime-endpoint", `unix://${need("TESTBED_CLUSTER_CONTAINERD")}`, ...args]);
+/** The node's containerd, in the namespace the kubelet's containers and images live in. */
+const ctr = (args: readonly string[]) =>
+  run(need("TESTBED_CTR"), ["--address", need("TESTBED_CLUSTER_CONTAINERD"), "--namespace", "k8s.io", ...args]);
 
 /** Writes `docs` as one YAML stream in `dir` and applies it server-side. */
 async function apply(dir: string, name: string, docs: readonly object[] | string): Promise<void> {
@@ -115,23 +118,21 @@ async function uninstall(): Promise<void> {
     for (const o of manifestFile(join(chartDir, "crds", "archivepipelines.archiver.dfe.io.yaml")))
       await kubectl(["delete", "crd", o.metadata.name, "--ignore-not-found"]);
     await kubectl(["delete", "-f", kedaManifests(dir), "--ignore-not-found", "--wait", "--timeout=120s"]);
-    await kubectl([
-      "delete",
-      "namespace",
-      OPERATOR_NS,
-      "kafka",
-      "minio",
-      "--ignore-not-found",
-      "--wait",
-      "--timeout=120s",
-    ]);
+    const namespaces = [OPERATOR_NS, sample.kafka.namespace, sample.minio.namespace];
+    await kubectl(["delete", "namespace", ...namespaces, "--ignore-not-found", "--wait", "--timeout=120s"]);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
-/** A selectorless Service `host`'s port leads to: `name.namespace.svc:port` reaches `target` (ip:port). */
-function externalService(name: string, namespace: string, port: number, target: string): object[] {
+/**
+ * A server outside the cluster as a Service: no selector, one EndpointSlice, so that `name.namespace.svc:port` leads
+ * to `target` (ip:port).
+ */
+function externalService(
+  { name, namespace, port }: { name: string; namespace: string; port: number },
+  target: string,
+): object[] {
   const [ip = "", targetPort = ""] = target.split(":");
   return [
     { apiVersion: "v1", kind: "Namespace", metadata: { name: namespace } },
@@ -155,6 +156,38 @@ function externalService(name: string, namespace: string, port: number, target: 
     },
   ];
 }
+
+/** A `name.namespace.svc:port` the sample names. */
+function service(hostPort: string): { name: string; namespace: string; port: number } {
+  const m = /^([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)$/.exec(hostPort);
+  if (!m?.[1] || !m[2] || !m[3]) throw new Error(`${SAMPLE}: ${hostPort}: expected name.namespace.svc:port`);
+  return { name: m[1], namespace: m[2], port: Number(m[3]) };
+}
+
+/** What the sample expects around it, read from it, so that it applies unchanged. */
+function readSample() {
+  const docs = manifestFile(SAMPLE);
+  const cr = docs.find((o) => o.kind === "ArchivePipeline") as Manifest & {
+    spec: {
+      kafka: { brokers: string[]; topics: string[] };
+      archive: { destination: string; minio: { endpoint: string } };
+    };
+  };
+  const secret = docs.find((o) => o.kind === "Secret") as Manifest & { stringData: Record<string, string> };
+  const [broker = "", ...others] = cr.spec.kafka.brokers;
+  if (others.length > 0) throw new Error(`${SAMPLE}: expected one broker, found ${cr.spec.kafka.brokers.join(", ")}`);
+  const [, bucket = "", prefix = ""] = /^minio:\/\/([^/]+)\/(.+)$/.exec(cr.spec.archive.destination) ?? [];
+  return {
+    name: cr.metadata.name,
+    topic: cr.spec.kafka.topics[0] ?? "",
+    bucket,
+    prefix,
+    keys: { accessKey: secret.stringData["accesskey"] ?? "", secretKey: secret.stringData["secretkey"] ?? "" },
+    kafka: service(broker),
+    minio: service(new URL(cr.spec.archive.minio.endpoint).host),
+  };
+}
+const sample = readSample();
 
 function condition(p: Pipeline, type: string): Condition | undefined {
   return p.status?.conditions?.find((c) => c.type === type);
@@ -195,27 +228,6 @@ test(
         () => what,
       ).catch(async (e: unknown) => assert.fail(`${String(e)}\n${await failed()}`));
 
-    // --- what the sample expects: read from it, so that it applies unchanged ---
-    const docs = manifestFile(SAMPLE);
-    const cr = docs.find((o) => o.kind === "ArchivePipeline") as Manifest & {
-      spec: {
-        kafka: { brokers: string[]; topics: string[] };
-        archive: { destination: string; minio: { endpoint: string } };
-      };
-    };
-    const secret = docs.find((o) => o.kind === "Secret") as Manifest & { stringData: Record<string, string> };
-    const [broker = "", ...others] = cr.spec.kafka.brokers;
-    assert.deepEqual(others, [], "the sample names one broker");
-    const [, bucket = "", prefix = ""] = /^minio:\/\/([^/]+)\/(.+)$/.exec(cr.spec.archive.destination) ?? [];
-    const sample = { name: cr.metadata.name, topic: cr.spec.kafka.topics[0] ?? "", bucket, prefix };
-    const svc = (hostPort: string) => {
-      const m = /^([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)$/.exec(hostPort);
-      assert.ok(m?.[1] && m[2] && m[3], `${hostPort}: expected name.namespace.svc:port`);
-      return { name: m[1], namespace: m[2], port: Number(m[3]) };
-    };
-    const kafkaSvc = svc(broker);
-    const minioSvc = svc(new URL(cr.spec.archive.minio.endpoint).host);
-
     await uninstall();
     // (after hooks run in order, and one that throws ends the rest: this one reports instead)
     if (process.env["DFE_ARCHIVER_KEEP_CLUSTER"] !== "1")
@@ -226,24 +238,15 @@ test(
     for (const line of await buildImages()) t.diagnostic(line);
     const images = join(dir, "images.tar");
     await docker(["save", "--output", images, RUNTIME, OPERATOR]);
-    await run(need("TESTBED_CTR"), [
-      "--address",
-      need("TESTBED_CLUSTER_CONTAINERD").replace(/^unix:\/\//, ""),
-      "--namespace",
-      "k8s.io",
-      "images",
-      "import",
-      images,
-    ]);
+    await ctr(["images", "import", images]);
     rmSync(images);
     phase("images built and imported into the node's containerd");
 
     // --- Kafka and MinIO where pods reach them, behind the sample's Services ---
     const address = need("TESTBED_CLUSTER_ADDRESS");
-    const keys = { accessKey: secret.stringData["accesskey"] ?? "", secretKey: secret.stringData["secretkey"] ?? "" };
     const [brokers, minio] = await Promise.all([
       privateKafka(t, { host: address }),
-      privateMinio(t, { host: address, keys }),
+      privateMinio(t, { host: address, keys: sample.keys }),
     ]);
     process.env["TESTBED_KAFKA_BROKERS"] = brokers.brokers; // produce() and kafka() use it
     const admin = kafka().admin();
@@ -258,15 +261,15 @@ test(
       waitForLeaders: true,
     });
     await admin.disconnect();
-    const s3 = s3Client(minio.endpoint, keys);
+    const s3 = s3Client(minio.endpoint, sample.keys);
     t.after(() => s3.destroy());
     await s3.send(new CreateBucketCommand({ Bucket: sample.bucket }));
     await apply(dir, "services", [
-      ...externalService(kafkaSvc.name, kafkaSvc.namespace, kafkaSvc.port, brokers.brokers),
-      ...externalService(minioSvc.name, minioSvc.namespace, minioSvc.port, new URL(minio.endpoint).host),
+      ...externalService(sample.kafka, brokers.brokers),
+      ...externalService(sample.minio, new URL(minio.endpoint).host),
     ]);
     phase(
-      `Kafka (${brokers.brokers}) and MinIO (${minio.endpoint}) behind ${broker} and ${minioSvc.name}.${minioSvc.namespace}.svc`,
+      `Kafka (${brokers.brokers}) and MinIO (${minio.endpoint}) behind the sample's ${sample.kafka.name}.${sample.kafka.namespace}.svc and ${sample.minio.name}.${sample.minio.namespace}.svc`,
     );
 
     // --- KEDA, then the chart ---
@@ -280,8 +283,8 @@ test(
       `--timeout=${WAIT / 1000}s`,
     ]);
     phase("KEDA installed, its metrics apiserver Available");
-    const [opRepo, opTag] = OPERATOR.split(":");
-    const [rtRepo, rtTag] = RUNTIME.split(":");
+    const [opRepo = "", opTag = ""] = OPERATOR.split(":");
+    const [rtRepo = "", rtTag = ""] = RUNTIME.split(":");
     await helm([
       "install",
       RELEASE,
@@ -291,16 +294,8 @@ test(
       "--create-namespace",
       "--wait",
       `--timeout=${WAIT / 1000}s`,
-      ...[
-        "image.repository",
-        opRepo,
-        "image.tag",
-        opTag,
-        "runtimeImage.repository",
-        rtRepo,
-        "runtimeImage.tag",
-        rtTag,
-      ].reduce<string[]>((args, v, i, all) => (i % 2 === 0 ? [...args, "--set", `${v}=${all[i + 1]}`] : args), []),
+      ...["--set", `image.repository=${opRepo}`, "--set", `image.tag=${opTag}`],
+      ...["--set", `runtimeImage.repository=${rtRepo}`, "--set", `runtimeImage.tag=${rtTag}`],
     ]);
     phase("chart installed, the operator's pods ready");
 
@@ -380,17 +375,7 @@ test(
     const podName = running.labels["io.kubernetes.pod.name"];
     await produce(sample.topic, N, (i) => record(N + i));
     const killed = performance.now();
-    await run(need("TESTBED_CTR"), [
-      "--address",
-      need("TESTBED_CLUSTER_CONTAINERD").replace(/^unix:\/\//, ""),
-      "--namespace",
-      "k8s.io",
-      "tasks",
-      "kill",
-      "--signal",
-      "SIGKILL",
-      container,
-    ]);
+    await ctr(["tasks", "kill", "--signal", "SIGKILL", container]);
     type Pods = {
       items: {
         metadata: { name: string };

@@ -237,7 +237,7 @@ tb_env_reset cluster
 tb_env cluster TESTBED_CLUSTER_KUBECONFIG "$KSTATE/admin.kubeconfig"
 tb_env cluster TESTBED_CLUSTER_KUBECTL "$BIN/kubectl"
 tb_env cluster TESTBED_CLUSTER_CRICTL "$CRICTL"
-tb_env cluster TESTBED_CLUSTER_CONTAINERD "unix://$SOCK"
+tb_env cluster TESTBED_CLUSTER_CONTAINERD "$SOCK"
 tb_env cluster TESTBED_CLUSTER_NODE "$NODE"
 tb_env cluster TESTBED_CLUSTER_ADDRESS "$ADDRESS"
 tb_env cluster TESTBED_CLUSTER_POD_LOGS "$RUN/pods"
