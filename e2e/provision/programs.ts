@@ -36,9 +36,8 @@ export function readPackageList(file: string): Map<string, string> {
 }
 
 const SKIP_DIRS = new Set(["node_modules", "dist", ".git", "archive"]);
-// Not read: the bootstrap installs the list (it runs only npm, node and apt-get, the last one where it exists), and
-// `npm run e2e:kind` is a run of its own on a machine with a Docker engine, whose script checks its own tools.
-const SKIP_FILES = new Set(["scripts/bootstrap", "e2e/kind/run.sh"]);
+// Not read: the bootstrap installs the list (it runs only npm, node and apt-get, the last one where it exists).
+const SKIP_FILES = new Set(["scripts/bootstrap"]);
 const SHEBANG = /^#!\s*(?:\/usr\/bin\/env\s+)?(?:\/bin\/|\/usr\/bin\/)?(?:ba|da)?sh\b/;
 
 /** The repository's TypeScript files and shell scripts (a .sh name or a shell shebang), relative to root. */

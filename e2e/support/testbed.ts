@@ -97,13 +97,24 @@ export async function deleteKafkaTopic(topic: string): Promise<void> {
 
 // ---- MinIO (S3) ----
 
-/** A client of the testbed's MinIO, or of another with its credentials (privateMinio's endpoint). */
-export function s3Client(endpoint = need("TESTBED_MINIO_ENDPOINT")): S3Client {
+/** MinIO's root user and password: the testbed's, unless a private MinIO was given others. */
+export interface MinioKeys {
+  accessKey: string;
+  secretKey: string;
+}
+
+const testbedMinioKeys = (): MinioKeys => ({
+  accessKey: need("TESTBED_MINIO_ACCESS_KEY"),
+  secretKey: need("TESTBED_MINIO_SECRET_KEY"),
+});
+
+/** A client of the testbed's MinIO, or of another (privateMinio's endpoint) with its keys. */
+export function s3Client(endpoint = need("TESTBED_MINIO_ENDPOINT"), keys = testbedMinioKeys()): S3Client {
   return new S3Client({
     endpoint,
     region: testbedEnv()["TESTBED_MINIO_REGION"] ?? "us-east-1",
     forcePathStyle: true,
-    credentials: { accessKeyId: need("TESTBED_MINIO_ACCESS_KEY"), secretAccessKey: need("TESTBED_MINIO_SECRET_KEY") },
+    credentials: { accessKeyId: keys.accessKey, secretAccessKey: keys.secretKey },
   });
 }
 
@@ -230,12 +241,18 @@ export async function freePort(): Promise<number> {
   });
 }
 
-/** A MinIO of the test's own (same binary and credentials as the testbed's), for tests that take the store down. */
+/**
+ * A MinIO of the test's own (the testbed's binary), for tests that take the store down: on 127.0.0.1 with the testbed's
+ * keys unless `host` (an address pods reach, say) or `keys` say otherwise.
+ */
 export async function privateMinio(
   t: TestContext,
+  opts: { host?: string; keys?: MinioKeys } = {},
 ): Promise<{ endpoint: string; stop(): Promise<void>; start(): Promise<void> }> {
   const port = await freePort();
-  const endpoint = `http://127.0.0.1:${port}`;
+  const host = opts.host ?? "127.0.0.1";
+  const keys = opts.keys ?? testbedMinioKeys();
+  const endpoint = `http://${host}:${port}`;
   const data = mkdtempSync(join(tmpdir(), "minio-"));
   let proc: ReturnType<typeof spawn> | undefined;
   const stop = async () => {
@@ -247,11 +264,11 @@ export async function privateMinio(
     await exited;
   };
   const start = async () => {
-    proc = spawn(need("TESTBED_MINIO_BIN"), ["server", data, "--address", `127.0.0.1:${port}`, "--quiet"], {
+    proc = spawn(need("TESTBED_MINIO_BIN"), ["server", data, "--address", `${host}:${port}`, "--quiet"], {
       env: {
         ...process.env,
-        MINIO_ROOT_USER: need("TESTBED_MINIO_ACCESS_KEY"),
-        MINIO_ROOT_PASSWORD: need("TESTBED_MINIO_SECRET_KEY"),
+        MINIO_ROOT_USER: keys.accessKey,
+        MINIO_ROOT_PASSWORD: keys.secretKey,
         MINIO_BROWSER: "off",
         MINIO_UPDATE: "off",
       },
@@ -278,13 +295,14 @@ export async function privateMinio(
 /**
  * A Kafka of the test's own (one KRaft node from the testbed's jars, no SASL), for tests that restart the broker:
  * the testbed's is shared by every test running on the machine. `stop` is a clean shutdown (SIGTERM) and `start`
- * brings it back on the same ports and data.
+ * brings it back on the same ports and data. Its broker listens on, and advertises, `host` (default 127.0.0.1).
  */
 export async function privateKafka(
   t: TestContext,
+  opts: { host?: string } = {},
 ): Promise<{ brokers: string; stop(): Promise<void>; start(): Promise<void> }> {
   const [port, controller] = [await freePort(), await freePort()];
-  const brokers = `127.0.0.1:${port}`;
+  const brokers = `${opts.host ?? "127.0.0.1"}:${port}`;
   const dir = mkdtempSync(join(tmpdir(), "kafka-"));
   const conf = join(dir, "server.properties");
   writeFileSync(

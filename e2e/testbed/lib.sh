@@ -99,8 +99,8 @@ tb_stop() {
   rm -f "$pidfile"
 }
 
-# tb_port_open PORT: true when something accepts TCP on 127.0.0.1:PORT.
-tb_port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# tb_port_open PORT [HOST]: true when something accepts TCP on HOST:PORT (default 127.0.0.1).
+tb_port_open() { (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null; }
 
 # (Both install helpers check each step themselves: they run inside $(...), where errexit does not reach.)
 # tb_go_install SVC MODULE_PATH@VERSION BIN_NAME VERSION_DIR: builds a Go command once per version with `go install`
@@ -164,4 +164,32 @@ tb_go_build() {
     for old in "$TB_CACHE/$svc"/*/; do [[ ${old%/} == "$TB_CACHE/$svc/$hash" ]] || rm -rf "${old%/}"; done
   fi
   echo "$out"
+}
+
+# tb_k8s_version: the k8s.io/kubernetes version the testbed's apiserver pins (apiserver/go.mod).
+tb_k8s_version() { awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$TB_DIR/apiserver/go.mod"; }
+
+# tb_k8s_build SVC DIR CMD...: builds k8s.io/kubernetes/cmd/CMD (kubelet, kube-proxy, ...) at that version into DIR,
+# unless every one is there. In a copy of the apiserver's module: the same pins, and its go.sum gains the commands'
+# extra modules there, not in the repository. Log: $TB_LOGS/SVC-build.log.
+tb_k8s_build() {
+  local svc=$1 dir=$2 version src ldflags pkg cmd pkgs=() missing=0 log=$TB_LOGS/$1-build.log
+  shift 2
+  for cmd in "$@"; do [[ -x $dir/$cmd ]] || missing=1; pkgs+=("k8s.io/kubernetes/cmd/$cmd"); done
+  ((missing)) || return 0
+  version=$(tb_k8s_version)
+  [[ $version =~ ^v([0-9]+)\.([0-9]+)\. ]] || { tb_log "$svc: no k8s.io/kubernetes version in apiserver/go.mod"; return 1; }
+  tb_log "$svc: building $* $version (log: $log)"
+  src=$dir.src
+  rm -rf "$src" "$dir.tmp" && mkdir -p "$src" "$dir.tmp" || return 1
+  cp "$TB_DIR/apiserver/go.mod" "$TB_DIR/apiserver/go.sum" "$TB_DIR/apiserver/main.go" "$src/" || return 1
+  ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=${BASH_REMATCH[1]} -X $pkg.gitMinor=${BASH_REMATCH[2]}"
+    ldflags+=" -X $pkg.gitTreeState=clean"
+  done
+  (cd "$src" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false" \
+    go build -trimpath -ldflags="$ldflags" -o "$dir.tmp/" "${pkgs[@]}") >"$log" 2>&1 ||
+    { tb_log "$svc: build failed; last lines of $log:"; tail -n 20 "$log" >&2; return 1; }
+  mkdir -p "$dir" && mv "$dir.tmp"/* "$dir/" && rm -rf "$src" "$dir.tmp"
 }

@@ -150,24 +150,10 @@ if [[ $label != "$key" ]]; then
     "$ROOTFS" "$BASE_IMAGE" >/dev/null
 fi
 # --- a node's kubelet and pause image, from the k8s.io/kubernetes module the apiserver is built from ---
-k8s_version=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$TB_DIR/apiserver/go.mod")
+k8s_version=$(tb_k8s_version)
 KUBELET=$DIR/kubelet/$k8s_version/kubelet
 PAUSE_IMAGE=registry.k8s.io/pause:3.10 # the name containerd and kubeadm expect; this one is built here
-if [[ ! -x $KUBELET ]]; then
-  tb_log "containers: building kubelet $k8s_version (log: $LOG)"
-  # In a copy of the apiserver's module: same pins, and its go.sum gains the kubelet's extra modules there, not here.
-  src=$DIR/kubelet/$k8s_version.src
-  rm -rf "$src" && mkdir -p "$src" && cp "$TB_DIR/apiserver/go.mod" "$TB_DIR/apiserver/go.sum" "$TB_DIR/apiserver/main.go" "$src/"
-  ldflags="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitTreeState=clean"
-  done
-  (cd "$src" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false" \
-    go build -trimpath -ldflags="$ldflags" -o "$KUBELET.tmp" k8s.io/kubernetes/cmd/kubelet) >>"$LOG" 2>&1 ||
-    { tb_log "containers: kubelet build failed; last log lines ($LOG):"; tail -n 20 "$LOG" >&2; exit 1; }
-  mv "$KUBELET.tmp" "$KUBELET"
-  rm -rf "$src"
-fi
+tb_k8s_build containers "$(dirname "$KUBELET")" kubelet || exit 1
 pause_key=pause-$k8s_version
 if [[ $("$DOCKER" -H "unix://$SOCK" image inspect -f '{{index .Config.Labels "org.dfe-archiver.testbed.base"}}' \
   "$PAUSE_IMAGE" 2>/dev/null) != "$pause_key" ]]; then

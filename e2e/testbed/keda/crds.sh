@@ -2,10 +2,11 @@
 # Fetches the KEDA CRD manifests (config/crd/bases/*.yaml of github.com/kedacore/keda/v2 at a pinned version)
 # through the Go module proxy into $TB_CACHE/keda/<version>/crds/ and prints that directory.
 # It does NOT install them anywhere: tests apply them when they want them (and also run without them).
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+# shellcheck source=module.sh
+source "$TB_DIR/keda/module.sh"
 
-KEDA_VERSION=v2.21.0
-KEDA_MODULE=github.com/kedacore/keda/v2
 dest=$TB_CACHE/keda/$KEDA_VERSION/crds
 
 if [[ -f $dest/.complete ]]; then
@@ -13,15 +14,9 @@ if [[ -f $dest/.complete ]]; then
   exit 0
 fi
 
-GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
-[[ -x $GO ]] || { tb_log "keda: no go toolchain"; exit 1; }
-
 tb_log "keda: fetching $KEDA_MODULE@$KEDA_VERSION CRDs"
-# Outside any module, so the project's or the apiserver module's go.mod is not consulted.
-json=$(cd / && GOFLAGS=-mod=mod "$GO" mod download -json "$KEDA_MODULE@$KEDA_VERSION") || {
-  tb_log "keda: go mod download failed: $json"; exit 1; }
-dir=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p' <<<"$json")
-[[ -n $dir && -d $dir/config/crd/bases ]] || { tb_log "keda: no config/crd/bases in module ($json)"; exit 1; }
+dir=$(keda_source) || exit 1
+[[ -d $dir/config/crd/bases ]] || { tb_log "keda: no config/crd/bases in $dir"; exit 1; }
 
 rm -rf "$dest.tmp"
 mkdir -p "$dest.tmp"

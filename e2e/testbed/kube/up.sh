@@ -4,6 +4,19 @@
 # run from one multi-call binary built by ../apiserver/build.sh. No kubelet, scheduler or nodes: pods stay Pending.
 # Idempotent: what already runs is kept; the env fragment is rewritten every time.
 #
+# A second control plane of the same kind (e2e/testbed/cluster/up.sh runs one for a node of its own) takes these,
+# with ports of its own:
+#   TESTBED_KUBE_NAME=NAME                  its services NAME-etcd, NAME-apiserver, NAME-controller-manager, state
+#                                           under $TB_RUN/NAME (default kube: the shared testbed's)
+#   TESTBED_KUBE_ADDRESS=IP                 where the apiserver listens and what it advertises (default 127.0.0.1);
+#                                           another address runs the endpoint reconciler, so that the default/
+#                                           kubernetes Service leads to it from pods
+#   TESTBED_KUBE_SERVICE_CIDR=CIDR          Service ClusterIPs (default 10.96.0.0/16); its first address is in the
+#                                           serving certificate, as the kubernetes Service's
+#   TESTBED_KUBE_USERS="FILE=USER[@GROUP,...] ..."
+#                                           more identities, each with a token and $TB_RUN/NAME/FILE.kubeconfig
+#                                           (a scheduler's, a kubelet's, a kube-proxy's)
+#
 #   TESTBED_KUBE_SKIP_CONTROLLER_MANAGER=1  do not start kube-controller-manager (TESTBED_KUBE_CONTROLLER_MANAGER=0)
 #   TESTBED_KUBE_CONTROLLERS=a,b,...        override the controller list
 #   TESTBED_KUBE_ETCD_FSYNC=1               let etcd fsync (default off: faster, a testbed loses nothing that matters)
@@ -12,18 +25,27 @@
 #                                           DFE_ARCHIVER_CACHE)
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
+NAME=${TESTBED_KUBE_NAME:-kube}
+ADDRESS=${TESTBED_KUBE_ADDRESS:-127.0.0.1}
+read -r -a USERS <<<"${TESTBED_KUBE_USERS:-}"
 ETCD_PORT=${TESTBED_KUBE_ETCD_PORT:-29379} ETCD_PEER_PORT=${TESTBED_KUBE_ETCD_PEER_PORT:-29380}
 APISERVER_PORT=${TESTBED_KUBE_APISERVER_PORT:-29643}
 KCM_PORT=${TESTBED_KUBE_KCM_PORT:-29657}
-SERVER=https://127.0.0.1:$APISERVER_PORT
+SERVER=https://$ADDRESS:$APISERVER_PORT
 ISSUER=https://kubernetes.default.svc.cluster.local
-SERVICE_CIDR=10.96.0.0/16 # only allocated in etcd: nothing routes or listens there
-# (--endpoint-reconciler-type none: the default/kubernetes Endpoints may not hold a loopback address)
+# The shared testbed's is only allocated in etcd: nothing routes or listens there.
+SERVICE_CIDR=${TESTBED_KUBE_SERVICE_CIDR:-10.96.0.0/16}
+[[ $SERVICE_CIDR =~ ^([0-9]+\.[0-9]+\.[0-9]+)\.0/[0-9]+$ ]] ||
+  { tb_log "$NAME: TESTBED_KUBE_SERVICE_CIDR=$SERVICE_CIDR: expected a.b.c.0/N"; exit 2; }
+SERVICE_IP=${BASH_REMATCH[1]}.1
+# The default/kubernetes Endpoints may not hold a loopback address: on 127.0.0.1 the reconciler is off.
+RECONCILER=lease
+[[ $ADDRESS != 127.* ]] || RECONCILER=none
 CONTROLLERS=${TESTBED_KUBE_CONTROLLERS:-garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller,deployment-controller,replicaset-controller,statefulset-controller,job-controller,cronjob-controller,ttl-after-finished-controller,resourcequota-controller}
 
-STATE=$TB_RUN/kube
+STATE=$TB_RUN/$NAME
 PKI=$STATE/pki
-ETCD_DATA=$TB_RUN/kube-etcd/data
+ETCD_DATA=$TB_RUN/$NAME-etcd/data
 
 curl_kube() { curl -fsS --max-time 5 --cacert "$PKI/ca.crt" -H "Authorization: Bearer $(cat "$STATE/admin.token")" "$@"; }
 etcd_ready() { curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" | grep -q '"health":"true"'; }
@@ -33,20 +55,20 @@ kcm_healthy() { [[ $(curl -fsS --max-time 2 --cacert "$PKI/ca.crt" "https://127.
 kcm_ready() { kcm_healthy && curl_kube "$SERVER/api/v1/namespaces/default/serviceaccounts/default" >/dev/null; }
 
 write_env() {
-  tb_env_reset kube
-  tb_env kube TESTBED_KUBECONFIG "$STATE/admin.kubeconfig"
-  tb_env kube TESTBED_KUBE_SERVER "$SERVER"
-  tb_env kube TESTBED_KUBE_CA "$PKI/ca.crt"
-  tb_env kube TESTBED_KUBE_ADMIN_TOKEN "$(cat "$STATE/admin.token")"
-  tb_env kube TESTBED_KUBE_CONTROLLER_MANAGER "$([[ ${TESTBED_KUBE_SKIP_CONTROLLER_MANAGER:-0} == 1 ]] && echo 0 || echo 1)"
-  tb_env kube TESTBED_KEDA_CRDS "$KEDA_CRDS"
-  tb_env kube TESTBED_KUBE_LOG "$TB_LOGS"
+  tb_env_reset "$NAME"
+  tb_env "$NAME" TESTBED_KUBECONFIG "$STATE/admin.kubeconfig"
+  tb_env "$NAME" TESTBED_KUBE_SERVER "$SERVER"
+  tb_env "$NAME" TESTBED_KUBE_CA "$PKI/ca.crt"
+  tb_env "$NAME" TESTBED_KUBE_ADMIN_TOKEN "$(cat "$STATE/admin.token")"
+  tb_env "$NAME" TESTBED_KUBE_CONTROLLER_MANAGER "$([[ ${TESTBED_KUBE_SKIP_CONTROLLER_MANAGER:-0} == 1 ]] && echo 0 || echo 1)"
+  tb_env "$NAME" TESTBED_KEDA_CRDS "$KEDA_CRDS"
+  tb_env "$NAME" TESTBED_KUBE_LOG "$TB_LOGS"
 }
 
-# port_free SVC PORT: fails when PORT is taken by something that is not SVC's recorded process.
+# port_free SVC PORT [HOST]: fails when PORT is taken by something that is not SVC's recorded process.
 port_free() {
-  if tb_port_open "$2"; then
-    tb_log "$1: 127.0.0.1:$2 is already in use by another process; not starting"
+  if tb_port_open "$2" "${3:-127.0.0.1}"; then
+    tb_log "$1: ${3:-127.0.0.1}:$2 is already in use by another process; not starting"
     return 1
   fi
 }
@@ -84,6 +106,14 @@ remade=0
 CHECKED=$STATE/checked.sha256
 MATERIAL=("$PKI"/{ca,serving,front-proxy-client}.{crt,key} "$PKI"/sa.{key,pub}
   "$STATE"/{admin.token,tokens.csv,admin.kubeconfig,kube-controller-manager.kubeconfig})
+for u in "${USERS[@]}"; do MATERIAL+=("$STATE/${u%%=*}.kubeconfig"); done
+KUBELET_CLIENT=()
+if [[ $ADDRESS != 127.* ]]; then
+  MATERIAL+=("$PKI"/kubelet-client.{crt,key})
+  # A node's name (--hostname-override) resolves nowhere: its InternalIP is where its kubelet listens.
+  KUBELET_CLIENT=(--kubelet-client-certificate "$PKI/kubelet-client.crt" --kubelet-client-key "$PKI/kubelet-client.key"
+    --kubelet-preferred-address-types InternalIP,Hostname)
+fi
 checked() { { echo "$SERVER"; sha256sum "${MATERIAL[@]}" 2>/dev/null; } || true; }
 
 # pair_ok PATH [CA]: PATH.key is the key of PATH.crt and, with CA given, CA signed PATH.crt and it has not expired.
@@ -96,17 +126,26 @@ pair_ok() {
   [[ -z ${2:-} ]] || openssl verify -CAfile "$2" "$1.crt" >/dev/null 2>&1
 }
 
+# sans_ok PATH SUBJECT_ALT_NAME: PATH.crt names exactly these (as written to openssl: IP:a,DNS:b,...), so that
+# another TESTBED_KUBE_ADDRESS or Service CIDR issues the serving certificate again.
+sans_ok() {
+  local have
+  have=$(openssl x509 -noout -ext subjectAltName -in "$1.crt" 2>/dev/null | tail -n +2 | tr -d ' ') || return 1
+  [[ $have == "${2//IP:/IPAddress:}" ]]
+}
+
 # made PATH WHAT: renames each PATH.*.tmp written over its final name, and says so.
 made() {
   local f
   for f in "$1".*.tmp; do mv -f "$f" "${f%.tmp}"; done
-  tb_log "kube: made $2 in $PKI"
+  tb_log "$NAME: made $2 in $PKI"
   remade=1
 }
 
-issue_cert() { # issue_cert NAME CN EXTENSIONS...
-  local name=$PKI/$1 cn=$2; shift 2
-  pair_ok "$name" "$PKI/ca.crt" && return 0
+issue_cert() { # issue_cert NAME CN EXTENSIONS... (CN may go on with /O=GROUP)
+  local name=$PKI/$1 cn=$2 ext sans=; shift 2
+  for ext in "$@"; do [[ $ext != subjectAltName=* ]] || sans=${ext#*=}; done
+  pair_ok "$name" "$PKI/ca.crt" && { [[ -z $sans ]] || sans_ok "$name" "$sans"; } && return 0
   openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$cn" \
     -keyout "$name.key.tmp" -out "$name.csr" 2>/dev/null
   printf '%s\n' "basicConstraints=CA:FALSE" "$@" >"$name.ext"
@@ -118,7 +157,7 @@ issue_cert() { # issue_cert NAME CN EXTENSIONS...
 }
 
 generate() {
-  local mask admin kcm
+  local mask admin kcm u file user groups token address_san=
   [[ -s $CHECKED && $(checked) == "$(<"$CHECKED")" ]] && return 0
   mkdir -p "$PKI"
   mask=$(umask)
@@ -130,9 +169,13 @@ generate() {
     chmod 644 "$PKI/ca.crt.tmp"
     made "$PKI/ca" "a new CA"
   fi
+  [[ $ADDRESS == 127.0.0.1 ]] || address_san="IP:$ADDRESS,"
   issue_cert serving kube-apiserver "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" \
-    "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    "subjectAltName=IP:127.0.0.1,DNS:localhost,${address_san}IP:$SERVICE_IP,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   issue_cert front-proxy-client front-proxy-client "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=clientAuth"
+  # With nodes (not on loopback): what the apiserver shows kubelets, for logs and exec.
+  [[ $ADDRESS == 127.* ]] || issue_cert kubelet-client "kube-apiserver-kubelet-client/O=system:masters" \
+    "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=clientAuth"
   if [[ ! -s $PKI/sa.pub ]] || [[ $(openssl pkey -pubout -in "$PKI/sa.key" 2>/dev/null) != "$(cat "$PKI/sa.pub")" ]]; then
     openssl genrsa -out "$PKI/sa.key.tmp" 2048 2>/dev/null
     openssl rsa -in "$PKI/sa.key.tmp" -pubout -out "$PKI/sa.pub.tmp" 2>/dev/null
@@ -147,9 +190,23 @@ generate() {
     printf '%s,testbed-admin,testbed-admin,"system:masters"\n%s,system:kube-controller-manager,system:kube-controller-manager\n' \
       "$admin" "$kcm" | tb_write "$STATE/tokens.csv"
     printf '%s\n' "$admin" | tb_write "$STATE/admin.token"
-    tb_log "kube: made new tokens in $STATE"
+    tb_log "$NAME: made new tokens in $STATE"
     remade=1
   fi
+  for u in "${USERS[@]}"; do # FILE=USER[@GROUP,...]; a token once made is kept
+    file=${u%%=*} user=${u#*=} groups=
+    [[ $user != *@* ]] || groups=${user#*@} user=${user%%@*}
+    token=$(awk -F, -v u="$user" '$2 == u { print $1 }' "$STATE/tokens.csv")
+    if [[ -z $token ]]; then
+      token=$(openssl rand -hex 24)
+      # (tb_write renames its temp file over tokens.csv only once cat has read it all)
+      { cat "$STATE/tokens.csv" && printf '%s,%s,%s%s\n' "$token" "$user" "$user" "${groups:+,\"$groups\"}"; } |
+        tb_write "$STATE/tokens.csv"
+      tb_log "$NAME: made a token for $user in $STATE"
+      remade=1
+    fi
+    kubeconfig "$user" "$token" | tb_write "$STATE/$file.kubeconfig"
+  done
   # Written on every check: they follow the current CA, tokens and port.
   kcm=$(awk -F, '$2 == "system:kube-controller-manager" { print $1 }' "$STATE/tokens.csv")
   kubeconfig testbed-admin "$admin" | tb_write "$STATE/admin.kubeconfig"
@@ -159,45 +216,45 @@ generate() {
 }
 
 start_etcd() {
-  tb_running kube-etcd && return 0
-  port_free kube-etcd "$ETCD_PORT"
-  port_free kube-etcd "$ETCD_PEER_PORT"
+  tb_running "$NAME-etcd" && return 0
+  port_free "$NAME-etcd" "$ETCD_PORT"
+  port_free "$NAME-etcd" "$ETCD_PEER_PORT"
   mkdir -p -m 700 "$ETCD_DATA"
   local fsync=()
   [[ ${TESTBED_KUBE_ETCD_FSYNC:-0} == 1 ]] || fsync=(--unsafe-no-fsync)
-  tb_start kube-etcd "$BIN" etcd --name testbed --data-dir "$ETCD_DATA" "${fsync[@]}" \
+  tb_start "$NAME-etcd" "$BIN" etcd --name testbed --data-dir "$ETCD_DATA" "${fsync[@]}" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT"
-  tb_wait kube-etcd 30 etcd_ready
+  tb_wait "$NAME-etcd" 30 etcd_ready
 }
 
 start_apiserver() {
-  tb_running kube-apiserver && return 0
-  port_free kube-apiserver "$APISERVER_PORT"
-  tb_start kube-apiserver "$BIN" kube-apiserver \
+  tb_running "$NAME-apiserver" && return 0
+  port_free "$NAME-apiserver" "$APISERVER_PORT" "$ADDRESS"
+  tb_start "$NAME-apiserver" "$BIN" kube-apiserver \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+    --bind-address "$ADDRESS" --advertise-address "$ADDRESS" --secure-port "$APISERVER_PORT" \
     --tls-cert-file "$PKI/serving.crt" --tls-private-key-file "$PKI/serving.key" \
     --client-ca-file "$PKI/ca.crt" \
     --requestheader-client-ca-file "$PKI/ca.crt" --requestheader-allowed-names front-proxy-client \
     --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
     --requestheader-extra-headers-prefix X-Remote-Extra- \
     --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
-    --token-auth-file "$STATE/tokens.csv" \
+    --token-auth-file "$STATE/tokens.csv" "${KUBELET_CLIENT[@]}" \
     --authorization-mode Node,RBAC \
     --service-account-issuer "$ISSUER" --api-audiences "$ISSUER" \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --service-cluster-ip-range "$SERVICE_CIDR" \
-    --endpoint-reconciler-type none \
+    --endpoint-reconciler-type "$RECONCILER" \
     --allow-privileged=true --profiling=false \
     --event-ttl 15m
-  tb_wait kube-apiserver 90 apiserver_ready
+  tb_wait "$NAME-apiserver" 90 apiserver_ready
 }
 
 start_controller_manager() {
-  tb_running kube-controller-manager && return 0
-  port_free kube-controller-manager "$KCM_PORT"
+  tb_running "$NAME-controller-manager" && return 0
+  port_free "$NAME-controller-manager" "$KCM_PORT"
   local kc=$STATE/kube-controller-manager.kubeconfig
-  tb_start kube-controller-manager "$BIN" kube-controller-manager \
+  tb_start "$NAME-controller-manager" "$BIN" kube-controller-manager \
     --kubeconfig "$kc" --authentication-kubeconfig "$kc" --authorization-kubeconfig "$kc" \
     --bind-address 127.0.0.1 --secure-port "$KCM_PORT" \
     --tls-cert-file "$PKI/serving.crt" --tls-private-key-file "$PKI/serving.key" \
@@ -205,7 +262,7 @@ start_controller_manager() {
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
     --service-cluster-ip-range "$SERVICE_CIDR" \
     --controllers "$CONTROLLERS" --profiling=false
-  tb_wait kube-controller-manager 90 kcm_ready
+  tb_wait "$NAME-controller-manager" 90 kcm_ready
 }
 
 KEDA_CRDS=$(bash "$TB_DIR/keda/crds.sh")
@@ -214,12 +271,12 @@ start=$SECONDS
 generate
 if ((remade)); then
   # The servers hold what they loaded at start: they take the new material only when started again.
-  tb_stop kube-controller-manager
-  tb_stop kube-apiserver
+  tb_stop "$NAME-controller-manager"
+  tb_stop "$NAME-apiserver"
 fi
-if tb_running kube-etcd && tb_running kube-apiserver &&
-   { [[ ${TESTBED_KUBE_SKIP_CONTROLLER_MANAGER:-0} == 1 ]] || tb_running kube-controller-manager; }; then
-  tb_log "kube: already running"
+if tb_running "$NAME-etcd" && tb_running "$NAME-apiserver" &&
+   { [[ ${TESTBED_KUBE_SKIP_CONTROLLER_MANAGER:-0} == 1 ]] || tb_running "$NAME-controller-manager"; }; then
+  tb_log "$NAME: already running"
   write_env
   exit 0
 fi
@@ -229,8 +286,8 @@ BIN=$(bash "$TB_DIR/apiserver/build.sh")
 if ! start_etcd; then
   # Unreadable data (say, left by a crash): start over with an empty store once.
   if [[ -d $ETCD_DATA ]] && [[ -n $(ls -A "$ETCD_DATA") ]]; then
-    tb_log "kube-etcd: failed on existing data; moving it to $ETCD_DATA.broken and retrying"
-    tb_stop kube-etcd
+    tb_log "$NAME-etcd: failed on existing data; moving it to $ETCD_DATA.broken and retrying"
+    tb_stop "$NAME-etcd"
     rm -rf "$ETCD_DATA.broken"
     mv "$ETCD_DATA" "$ETCD_DATA.broken"
     start_etcd
@@ -243,4 +300,4 @@ if [[ ${TESTBED_KUBE_SKIP_CONTROLLER_MANAGER:-0} != 1 ]]; then
   start_controller_manager
 fi
 write_env
-tb_log "kube: ready at $SERVER in $((SECONDS - start))s (kubeconfig: $STATE/admin.kubeconfig)"
+tb_log "$NAME: ready at $SERVER in $((SECONDS - start))s (kubeconfig: $STATE/admin.kubeconfig)"
