@@ -84,6 +84,6 @@ export function runtimeHelp(usage: string): string {
     ...columns(env),
     "",
     "An object store also takes its SDK's own credentials (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_ACCOUNT",
-    "and AZURE_STORAGE_KEY) when the config names none. README.md's Configuration section describes every key.",
+    "and AZURE_STORAGE_KEY) when the config names none. docs/configuration.md describes every key.",
   ].join("\n");
 }

@@ -1,6 +1,6 @@
-// The README's config table, generated from the schema so the two cannot drift: scripts/generate.ts writes it
-// between the markers, and a test fails when the README's copy is stale. The marker handling is shared by the
-// README's other generated blocks (the ArchivePipeline fields, the metrics table).
+// The config table of docs/configuration.md, generated from the schema so the two cannot drift: scripts/generate.ts
+// writes it between the markers, and a test fails when the page's copy is stale. The marker handling is shared by the
+// other generated blocks of docs/ (the ArchivePipeline fields of archivepipeline.md, the metrics table of metrics.md).
 import { z } from "zod";
 import { nestedEnvName } from "./env.ts";
 import { CONFIG_LEAVES, MEMORY_LEAVES, type Leaf } from "./schema.ts";
@@ -79,7 +79,7 @@ export function renderConfigTable(): string {
   ].join("\n");
 }
 
-/** A block of README.md generated from a source of truth, between two markers, that scripts/generate.ts rewrites. */
+/** A block of a docs/ page generated from a source of truth, between two markers, that scripts/generate.ts rewrites. */
 export interface GeneratedBlock {
   /** What the block holds, for messages ("config table"). */
   readonly name: string;
@@ -95,20 +95,20 @@ export const CONFIG_TABLE: GeneratedBlock = {
   render: renderConfigTable,
 };
 
-function markers(readme: string, block: GeneratedBlock): { start: number; end: number } | undefined {
-  const start = readme.indexOf(block.start);
-  const end = readme.indexOf(block.end);
+function markers(page: string, block: GeneratedBlock): { start: number; end: number } | undefined {
+  const start = page.indexOf(block.start);
+  const end = page.indexOf(block.end);
   return start === -1 || end < start ? undefined : { start: start + block.start.length, end };
 }
 
 /** The text between a block's markers, trimmed, or undefined when the markers are missing. */
-export function readBlock(readme: string, block: GeneratedBlock): string | undefined {
-  const m = markers(readme, block);
-  return m && readme.slice(m.start, m.end).trim();
+export function readBlock(page: string, block: GeneratedBlock): string | undefined {
+  const m = markers(page, block);
+  return m && page.slice(m.start, m.end).trim();
 }
 
-/** The README with a block's text replaced by its current rendering; undefined without the markers. */
-export function spliceBlock(readme: string, block: GeneratedBlock): string | undefined {
-  const m = markers(readme, block);
-  return m && `${readme.slice(0, m.start)}\n${block.render()}\n${readme.slice(m.end)}`;
+/** The page with a block's text replaced by its current rendering; undefined without the markers. */
+export function spliceBlock(page: string, block: GeneratedBlock): string | undefined {
+  const m = markers(page, block);
+  return m && `${page.slice(0, m.start)}\n${block.render()}\n${page.slice(m.end)}`;
 }

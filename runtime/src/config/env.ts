@@ -81,7 +81,7 @@ export function envLayer(env: NodeJS.ProcessEnv): EnvLayer {
     }
     const near = SECTION_KEYS.has(key)
       ? `${key} is a section; set one of its keys, e.g. ${nestedEnvName(CONFIG_LEAVES.find((l) => l.key.startsWith(`${key}.`))?.path ?? [])}`
-      : `did you mean ${nearest(name, KNOWN_NAMES) ?? "one of the variables in the README's config table"}?`;
+      : `did you mean ${nearest(name, KNOWN_NAMES) ?? "one of the variables in docs/configuration.md's config table"}?`;
     layer.faults.push({ key: name, message: `names no config key (${key}); ${near}` });
   }
   for (const leaf of CONFIG_LEAVES) {

@@ -1,5 +1,5 @@
-// The configuration contract: one zod schema drives runtime validation, the CRD's OpenAPI schema and the README's
-// config table. It stays JSON-Schema representable (no transforms); defaults that depend on other keys are left
+// The configuration contract: one zod schema drives runtime validation, the CRD's OpenAPI schema and the config
+// table of docs/configuration.md. It stays JSON-Schema representable (no transforms); defaults that depend on other keys are left
 // unset here and made concrete in resolve.ts.
 import { z } from "zod";
 import { PATH_TOKENS, parsePathTemplate } from "../archive/path.ts";

@@ -1,5 +1,5 @@
-// The README's metrics table, generated from the registry createMetrics builds, so a metric added, renamed or
-// relabelled there cannot be missed in the docs: scripts/generate.ts writes it, and a test fails when it is stale.
+// The metrics table of docs/metrics.md, generated from the registry createMetrics builds, so a metric added, renamed
+// or relabelled there cannot be missed in the docs: scripts/generate.ts writes it, and a test fails when it is stale.
 import type { MetricObject } from "prom-client";
 import type { GeneratedBlock } from "../config/docs.ts";
 import { createMetrics } from "./metrics.ts";
