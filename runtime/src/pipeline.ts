@@ -15,6 +15,7 @@ import type { DeadLetter, KafkaDlq } from "./dlq/kafka.ts";
 import { createWriterPool, type CompletedFile, type WriterPool } from "./archive/writers.ts";
 import { parsePathTemplate } from "./archive/path.ts";
 import type { OpenedStore } from "./store/open.ts";
+import type { StagedManifest } from "./store/manifest.ts";
 import { UPLOAD_DRAIN_MS, type StagingStore } from "./store/staging.ts";
 import { backoffDelay, type Backoff } from "./store/backoff.ts";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -717,8 +718,11 @@ export class Pipeline implements TransportSink {
       this.#log.warn({ path: f.relPath, records: f.records }, "still uploading at shutdown: offsets left uncommitted");
       return;
     }
-    if (f.error !== undefined && !isRetryable(f.error) && code !== "staged_unreadable") {
-      const read = this.#readBackRefused(f, f.error);
+    // Only a file the store refused for good is read back to the DLQ: staging keeps its copy for that. One that could
+    // not complete (its sync, its name, its manifest failed) or cannot be read back is Errored and read again.
+    const kept = this.#staging?.readBack(f.relPath);
+    if (f.error !== undefined && !isRetryable(f.error) && kept !== undefined) {
+      const read = this.#readBackRefused(f, f.error, kept);
       this.#inflight.add(read);
       void read.finally(() => this.#inflight.delete(read));
       return;
@@ -731,12 +735,11 @@ export class Pipeline implements TransportSink {
    * and its records dead-lettered one entry per line, or, when the file holds more lines than records (a payload
    * with a newline of its own), each block whole as one entry, so no record is split across entries.
    */
-  async #readBackRefused(f: CompletedFile<Hold>, err: unknown): Promise<void> {
+  async #readBackRefused(f: CompletedFile<Hold>, err: unknown, staged: StagedManifest): Promise<void> {
     const [hold, ...rest] = f.tickets;
     if (hold === undefined) return;
     for (const h of rest) this.#tracker.merge(hold, h);
-    const staged = this.#staging?.readBack(f.relPath);
-    if (this.#dlq === undefined || staged === undefined) {
+    if (this.#dlq === undefined) {
       this.#tracker.release(hold, "dropped");
       this.#m.messagesDropped.inc({ reason: "refused" }, f.records);
       this.#log.error({ err, path: f.relPath, records: f.records }, "store refused the file for good: records dropped");
