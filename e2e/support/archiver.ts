@@ -145,7 +145,10 @@ export async function waitFor(
   }
 }
 
-/** A tmpfs of `size` (mount's syntax: "4m") mounted on a temporary directory, unmounted when the test ends (root). */
+/**
+ * A tmpfs of `size` (mount's syntax: "4m", with more options after a comma: "4m,nr_inodes=64") mounted on a
+ * temporary directory, unmounted when the test ends (root).
+ */
 export function tmpfsDir(t: TestContext, size: string, prefix = "tmpfs-"): string {
   const mount = mkdtempSync(join(tmpdir(), prefix));
   execFileSync("mount", ["-t", "tmpfs", "-o", `size=${size}`, "tmpfs", mount]);

@@ -9,7 +9,7 @@ import type { Codec } from "../codec/index.ts";
 import { codecLanes, type AppendTarget, type LaneFailure } from "../codec/lanes.ts";
 import { ArchiverError, type ErrorKind } from "../errors.ts";
 import type { PartialJournal } from "./partials.ts";
-import type { ArchiveFile, ArchiveStore, FileMeta } from "./types.ts";
+import { once, type ArchiveFile, type ArchiveStore, type FileMeta, type Retry } from "./types.ts";
 
 // Decided by errno once, here. A code not listed is retryable: retrying costs lag, dropping costs records.
 const ERRNO_KIND: ReadonlyMap<string, ErrorKind> = new Map<string, ErrorKind>([
@@ -125,6 +125,8 @@ class LocalFile implements ArchiveFile {
   /** Parked: the descriptor is closed, the file still in progress (see ArchiveFile.park). */
   #parked = false;
   #size = 0;
+  /** How far complete got: written to; synced and closed; linked to its archive name; named (hidden name gone). */
+  #stage: "writing" | "synced" | "linked" | "named" = "writing";
   #completed = false;
 
   constructor(store: FileStore, relPath: string, path: string, handle: FileHandle) {
@@ -223,25 +225,55 @@ class LocalFile implements ArchiveFile {
     this.#size = size;
   }
 
-  async complete(_meta: FileMeta): Promise<void> {
-    const handle = await this.#live("complete");
-    this.#handle = undefined;
-    try {
+  async complete(_meta: FileMeta, retry: Retry = once): Promise<void> {
+    if (this.#stage === "writing") {
+      const handle = await retry(() => this.#live("complete"));
+      this.#handle = undefined;
+      // Never retried: after a failed fsync Linux may drop the dirty pages and report the next fsync clean, so the
+      // file's data is of unknown durability; the file is given up and its records read again.
       try {
         await handle.sync();
       } catch (err) {
         // The sync error is the one to report; the handle is released either way.
         await handle.close().catch(() => undefined);
-        throw err;
+        throw fsError(err, "complete", this.#path);
       }
-      await handle.close();
-      if (this.#partial !== this.#path) {
+      this.#stage = "synced";
+      try {
+        await handle.close();
+      } catch (err) {
+        throw fsError(err, "complete", this.#path);
+      }
+    }
+    await retry(() => this.#publish());
+    this.#completed = true;
+  }
+
+  /**
+   * Gives the synced file its archive name and syncs every directory its path depends on. Each step done is
+   * remembered, so a retry after a failure (a full disk refusing the link) picks up at the step that failed.
+   */
+  async #publish(): Promise<void> {
+    try {
+      if (this.#stage === "synced" && this.#partial !== this.#path) {
         // link, not rename: it never replaces a file already under the name.
-        await link(this.#partial, this.#path);
-        await unlink(this.#partial);
+        await link(this.#partial, this.#path).catch((err: unknown) => {
+          if (errnoOf(err) !== "EEXIST") throw err;
+          throw new ArchiverError("EEXIST", `complete ${this.#path}: another file is under its name`, "permanent", {
+            cause: err,
+          });
+        });
+        this.#stage = "linked";
         this.#store.created(dirname(this.#path));
+      }
+      if (this.#stage === "linked") {
+        // ENOENT: a failed attempt's unlink that did land.
+        await unlink(this.#partial).catch((err: unknown) => {
+          if (errnoOf(err) !== "ENOENT") throw err;
+        });
         await this.#store.journal?.closed(this.#store.root, this.relPath);
       }
+      this.#stage = "named";
       // The file's directory up to the root: every entry its path depends on below the root. Worked out here, not
       // kept: ten thousand files in progress held a kilobyte of paths each.
       for (const dir of dirsUpTo(dirname(this.#path), this.#store.root)) await this.#store.syncIfDirty(dir);
@@ -249,7 +281,6 @@ class LocalFile implements ArchiveFile {
     } catch (err) {
       throw fsError(err, "complete", this.#path);
     }
-    this.#completed = true;
   }
 
   async abandon(): Promise<void> {

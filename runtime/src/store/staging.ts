@@ -27,7 +27,7 @@ import {
   type StagedManifest,
 } from "./manifest.ts";
 import { Quarantine } from "./quarantine.ts";
-import type { ArchiveFile, ArchiveStore, FileMeta } from "./types.ts";
+import { once, type ArchiveFile, type ArchiveStore, type FileMeta, type Retry } from "./types.ts";
 
 export type StagingMetrics = Pick<
   Metrics,
@@ -182,7 +182,7 @@ class StagedFile implements ArchiveFile {
     return this.#local.park();
   }
 
-  async complete(meta: FileMeta): Promise<void> {
+  async complete(meta: FileMeta, retry: Retry = once): Promise<void> {
     const json: ManifestJson = {
       version: 1,
       key: this.#key,
@@ -195,8 +195,9 @@ class StagedFile implements ArchiveFile {
       closedAt: meta.closedAt,
     };
     try {
-      await this.#local.complete(meta);
-      await writeManifest(this.#stagedPath, json);
+      await this.#local.complete(meta, retry);
+      // Written afresh each attempt (a temp file, then a rename), so a full spool is waited out with the copy kept.
+      await retry(() => writeManifest(this.#stagedPath, json));
     } catch (err) {
       // No process would ever upload a file that did not complete: its offsets are Errored and read again.
       await this.#store.unstage(this.#stagedPath, json.size);

@@ -39,11 +39,25 @@ export interface ArchiveFile {
    * file per roll rather than one per flush. On rejection the file no longer holds its descriptor.
    */
   park(): Promise<void>;
-  /** Resolves once the file is durable (synced / uploaded). On rejection the file no longer holds its handle. */
-  complete(meta: FileMeta): Promise<void>;
+  /**
+   * Resolves once the file is durable (synced / uploaded). Each step a failure can leave to be done again (naming
+   * the file, syncing its directories, writing its manifest: a full disk) runs through `retry`, which may run it
+   * again until it lands; the sync of the file's data never does (see LocalFile). On rejection the file no longer
+   * holds its handle.
+   */
+  complete(meta: FileMeta, retry?: Retry): Promise<void>;
   /** Gives the file up: releases it and removes what was written. */
   abandon(): Promise<void>;
 }
+
+/**
+ * Runs `attempt`, and runs it again after each failure a retry may clear for as long as the caller holds out; rejects
+ * with the failure that ends it. A file's completion waits out a full disk through it.
+ */
+export type Retry = <R>(attempt: () => Promise<R>) => Promise<R>;
+
+/** One attempt: what `complete` does without a caller's retry. */
+export const once: Retry = (attempt) => attempt();
 
 export interface ArchiveStore {
   readonly kind: "file" | "object";

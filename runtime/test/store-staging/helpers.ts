@@ -1,13 +1,14 @@
-// Shared by the staging tests: temp spools, a capturing logger, metric reads, and fake object backends (the staging
-// store is under test, not the backend).
+// Shared by the staging tests: temp spools, a capturing logger, metric reads, fake object backends (the staging
+// store is under test, not the backend), and a retry as the pipeline runs a file's completion with.
 import { mkdir, mkdtemp, open, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after } from "node:test";
 import pino, { type Logger } from "pino";
-import { ArchiverError } from "../../src/errors.ts";
+import { ArchiverError, isRetryable } from "../../src/errors.ts";
 import { createMetrics, type Metrics } from "../../src/observe/metrics.ts";
 import type { ObjectBackend, UploadMeta } from "../../src/store/object/types.ts";
+import type { Retry } from "../../src/store/types.ts";
 
 const made: string[] = [];
 after(async () => {
@@ -160,4 +161,23 @@ export async function until(cond: () => boolean): Promise<void> {
     if (i > 100) throw new Error("condition never held");
     await settle();
   }
+}
+
+/** A retry as the pipeline's: runs an attempt up to `times` times while it fails retryable, recording each failure. */
+export function retrying(
+  times: number,
+  failed: unknown[],
+  between: () => Promise<void> = async () => undefined,
+): Retry {
+  return async (attempt) => {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await attempt();
+      } catch (err) {
+        failed.push(err);
+        if (tries === times || !isRetryable(err)) throw err;
+        await between();
+      }
+    }
+  };
 }

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { access, readdir, readFile, truncate, unlink } from "node:fs/promises";
+import { access, readdir, readFile, rm, truncate, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { ArchiverError } from "../../src/errors.ts";
 import { backoffDelay, UPLOAD_BACKOFF } from "../../src/store/backoff.ts";
@@ -8,6 +8,7 @@ import { fsError } from "../../src/store/file.ts";
 import { STAGED_UNREADABLE, type ObjectBackend } from "../../src/store/object/types.ts";
 import { createStagingStore, type StagingStoreOptions } from "../../src/store/staging.ts";
 import type { FileMeta } from "../../src/store/types.ts";
+import { fillUntil, tmpfsDir } from "../../../e2e/support/archiver.ts";
 import {
   captureLog,
   failing,
@@ -17,6 +18,7 @@ import {
   metric,
   newMetrics,
   refusing,
+  retrying,
   settle,
   tempDir,
   until,
@@ -113,6 +115,31 @@ test("a staged file is written under uploads/, manifested, uploaded whole, then 
   assert.equal(await metric(s.metrics.stagedBytes), 0);
   assert.equal(await metric(s.metrics.uploadsPending), 0);
   await assert.rejects(f.append(Buffer.from("x")), code("file_closed", "permanent"));
+});
+
+test("a manifest the full spool refuses is retried with the staged copy kept; given up, the copy goes", async (t) => {
+  const spool = tmpfsDir(t, "1m", "staging-full-");
+  const s = await setup((o) => new FakeBackend(o), { spoolDir: spool });
+  const filler = join(spool, "filler");
+  const f = await stage(s.store);
+  // Full to the last byte: the staged copy is whole, and its manifest needs a page of its own.
+  fillUntil(filler, spool, 0);
+  const failed: unknown[] = [];
+  await f.complete(
+    META,
+    retrying(2, failed, () => rm(filler)),
+  );
+  assert.equal(failed.length, 1);
+  assert.ok(failed[0] instanceof ArchiverError && failed[0].code === "ENOSPC" && failed[0].retryable);
+  assert.match((failed[0] as Error).message, /write manifest/);
+  assert.deepEqual(await readFile(join(s.objects, `archive/${REL}`)), Buffer.concat(FRAMES));
+
+  const g = await stage(s.store);
+  fillUntil(filler, spool, 0);
+  await assert.rejects(g.complete(META, retrying(3, [])), code("ENOSPC", "retryable"));
+  // Never to be uploaded: its offsets are Errored, so its copy and its bytes go.
+  assert.deepEqual(await readdir(join(spool, "uploads")), []);
+  assert.equal(s.store.stagedBytes(), 0);
 });
 
 test("truncate cuts the staged copy back and abandon removes it, both off staged_bytes", async () => {

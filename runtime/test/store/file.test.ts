@@ -9,6 +9,8 @@ import { pathToFileURL } from "node:url";
 import { ArchiverError } from "../../src/errors.ts";
 import { createFileStore, fsError } from "../../src/store/file.ts";
 import type { FileMeta } from "../../src/store/types.ts";
+import { tmpfsDir } from "../../../e2e/support/archiver.ts";
+import { retrying } from "../store-staging/helpers.ts";
 
 const META: FileMeta = { records: 1, codec: "zstd", openedAt: 0, closedAt: 0, blockLengths: [], blockRecords: [] };
 
@@ -165,13 +167,20 @@ test("a frame the disk cannot hold fails by its errno, counts what reached the f
   assert.equal(await readFile(join(mount, "d/x.jsonl"), "utf8"), "whole;next;");
 });
 
-test("a failed fsync is reported by its errno and the handle is released", async () => {
+test("a failed fsync is reported by its errno, never retried, and the handle is released", async () => {
   const store = createFileStore(dir);
   const f = await store.open("d/x.jsonl");
   await f.append(Buffer.from("x"));
   const proto = await handleProto();
-  mock.method(proto, "sync", () => Promise.reject(Object.assign(new Error("i/o error"), { code: "EIO" })));
-  await assert.rejects(f.complete(META), (e: unknown) => e instanceof ArchiverError && e.code === "EIO" && e.retryable);
+  const sync = mock.method(proto, "sync", () => Promise.reject(Object.assign(new Error("i/o error"), { code: "EIO" })));
+  // A later fsync may report clean pages the failed one dropped: the retry never sees the sync.
+  const failed: unknown[] = [];
+  await assert.rejects(
+    f.complete(META, retrying(3, failed)),
+    (e: unknown) => e instanceof ArchiverError && e.code === "EIO" && e.retryable,
+  );
+  assert.equal(sync.mock.callCount(), 1);
+  assert.deepEqual(failed, []);
   mock.restoreAll();
   await assert.rejects(f.append(Buffer.from("y")), permanent("file_closed"));
   await f.abandon();
@@ -255,6 +264,46 @@ test("a publishing store keeps a file under a hidden name until it completes", a
   await g.append(Buffer.from("x"));
   await g.abandon();
   assert.deepEqual(await readdir(join(root, "a/b")), ["file.jsonl.zst"]);
+});
+
+test("a link the full disk refuses is retried from the link: the data synced once, the file whole under its name", async (t) => {
+  // tmpfs counts a hard link as an inode: with none left, the link to the archive name fails ENOSPC.
+  const mount = tmpfsDir(t, "1m,nr_inodes=16", "file-store-inodes-");
+  const store = createFileStore(mount, { publish: true });
+  const f = await store.open("a/file.jsonl");
+  await f.append(Buffer.from("frame"));
+  const fillers = join(mount, "fillers");
+  await mkdir(fillers);
+  for (let i = 0; ; i++) {
+    const err = await writeFile(join(fillers, String(i)), "").catch((e: unknown) => e);
+    if (err === undefined) continue;
+    assert.equal((err as NodeJS.ErrnoException).code, "ENOSPC");
+    break;
+  }
+  const synced = await spySyncs();
+  const failed: unknown[] = [];
+  await f.complete(
+    META,
+    retrying(2, failed, () => rm(fillers, { recursive: true })),
+  );
+  assert.equal(failed.length, 1);
+  assert.ok(failed[0] instanceof ArchiverError && failed[0].code === "ENOSPC" && failed[0].retryable);
+  assert.equal(synced.filter((p) => p.startsWith(join(mount, "a/.file.jsonl"))).length, 1, JSON.stringify(synced));
+  assert.deepEqual(await readdir(join(mount, "a")), ["file.jsonl"]);
+  assert.equal(await readFile(join(mount, "a/file.jsonl"), "utf8"), "frame");
+});
+
+test("a file already under the archive name fails the complete for good and is never replaced", async (t) => {
+  const root = await mkdtemp(join(tmpdir(), "publish-"));
+  t.after(() => rm(root, { recursive: true, force: true }));
+  const store = createFileStore(root, { publish: true });
+  const f = await store.open("a/file.jsonl");
+  await f.append(Buffer.from("frame"));
+  await writeFile(join(root, "a/file.jsonl"), "someone else's");
+  const failed: unknown[] = [];
+  await assert.rejects(f.complete(META, retrying(3, failed)), permanent("EEXIST"));
+  assert.equal(failed.length, 1, "not retried");
+  assert.equal(await readFile(join(root, "a/file.jsonl"), "utf8"), "someone else's");
 });
 
 test("a parked file holds no descriptor, takes its next frames by its path, and completes whole", async (t) => {
