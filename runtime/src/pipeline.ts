@@ -106,7 +106,7 @@ export class Pipeline implements TransportSink {
   readonly #chains = new Map<string, Promise<void>>();
   readonly #inflight = new Set<Promise<void>>();
   #inflightBytes = 0;
-  /** Flushes whose local write is failing and being retried: while any is, nothing more is received. */
+  /** Local writes (appends, file completions) failing and being retried: while any is, nothing more is received. */
   #stalled = 0;
   #drainStartedAt: number | undefined;
   readonly #inflightCap: number;
@@ -191,6 +191,7 @@ export class Pipeline implements TransportSink {
       codecName: this.#codec.name,
       metrics: this.#m,
       merge: (into, from) => this.#tracker.merge(into, from),
+      retry: (destination, attempt) => this.#held(destination, "file", attempt),
       onComplete: (f) => this.#completed(f),
     });
     this.#log.info(
@@ -656,10 +657,9 @@ export class Pipeline implements TransportSink {
   }
 
   /**
-   * Appends the batch as one frame; a local write that fails in a way that can clear (a full or failing disk, staging that cannot
-   * be created) is never dead-lettered: the writer has cut the file back to its last whole block, the batch and its
-   * offsets stay held, and the append is retried from 0.1 s to 5 s while nothing more is received. Once shutdown
-   * begins it gets WRITE_RETRY_AFTER_DRAIN_MS more, then its batch is Errored (the restart reads it again).
+   * Appends the batch as one frame; a local write that fails in a way that can clear (a full or failing disk, staging
+   * that cannot be created) is never dead-lettered: the writer has cut the file back to its last whole block, and the
+   * batch and its offsets stay held while the append is retried (see #held).
    */
   async #appendHeld(b: FlushBatch): Promise<void> {
     let raw: readonly Buffer[];
@@ -670,16 +670,29 @@ export class Pipeline implements TransportSink {
       throw new ArchiverError("spill_unreadable", `spilled records unreadable: ${String(err)}`, "retryable");
     }
     const block = { raw, codec: this.#codec };
+    return this.#held(b.destination, "batch", () =>
+      this.#writers.append(b.destination, block, b.records, b.bytes, b.hold),
+    );
+  }
+
+  /**
+   * Runs a local write (an append, or a step of a file's completion: its manifest, its link to its archive name, a
+   * directory sync), holding it while it fails in a way that can clear: what it writes and its offsets stay held, and
+   * it is retried from 0.1 s to 5 s while nothing more is received and the sink shows degraded. Once shutdown begins
+   * it gets WRITE_RETRY_AFTER_DRAIN_MS more, then its failure is the caller's (its records are Errored and the restart
+   * reads them again).
+   */
+  async #held<R>(destination: string, what: "batch" | "file", write: () => Promise<R>): Promise<R> {
     for (let failures = 0; ;) {
       try {
-        await this.#writers.append(b.destination, block, b.records, b.bytes, b.hold);
+        const result = await write();
         this.#localWrites?.ok();
         if (failures > 0) {
-          this.#log.info({ destination: b.destination, failures }, "local write landed after retries");
+          this.#log.info({ destination, failures }, `local write landed after retries (${what})`);
           if (--this.#stalled === 0) this.#health?.set("sink", "ok");
           this.#wake();
         }
-        return;
+        return result;
       } catch (err) {
         const late =
           this.#drainStartedAt !== undefined && Date.now() - this.#drainStartedAt > WRITE_RETRY_AFTER_DRAIN_MS;
@@ -690,8 +703,8 @@ export class Pipeline implements TransportSink {
         this.#localWrites?.fail();
         if (failures++ === 0) {
           this.#stalled++;
-          this.#health?.set("sink", "degraded", `local write failing, batch held and retried: ${String(err)}`);
-          this.#log.warn({ err, destination: b.destination }, "local write failed: holding the batch and retrying");
+          this.#health?.set("sink", "degraded", `local write failing, ${what} held and retried: ${String(err)}`);
+          this.#log.warn({ err, destination }, `local write failed: holding the ${what} and retrying`);
         }
         await sleep(backoffDelay(failures, LOCAL_WRITE_BACKOFF));
       }

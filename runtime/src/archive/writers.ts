@@ -13,7 +13,7 @@
 import type { Codec } from "../codec/index.ts";
 import { ArchiverError, ConfigError } from "../errors.ts";
 import type { Metrics } from "../observe/metrics.ts";
-import type { ArchiveFile, ArchiveStore } from "../store/types.ts";
+import type { ArchiveFile, ArchiveStore, Retry } from "../store/types.ts";
 import { expandPathTemplate, type TemplatePart } from "./path.ts";
 
 export type RollTrigger = "size" | "interval" | "evict" | "shutdown";
@@ -66,6 +66,12 @@ export interface WriterPoolOptions<T> {
    * ticket rather than one a frame. Default: every ticket is kept.
    */
   readonly merge?: (into: T, from: T) => boolean;
+  /**
+   * Runs each step of a destination's file completion that a failure can leave to be done again (see
+   * ArchiveFile.complete), retrying as the caller holds out: the pipeline holds a full disk as it holds a failed
+   * append. Default: one attempt.
+   */
+  readonly retry?: <R>(destination: string, attempt: () => Promise<R>) => Promise<R>;
   /** Called exactly once per file that holds a frame. A throw here is a caller's bug and surfaces unhandled. */
   readonly onComplete: (file: CompletedFile<T>) => void;
   /** Epoch milliseconds; default Date.now. */
@@ -436,10 +442,24 @@ class Pool<T> implements WriterPool<T> {
     this.#o.metrics.filesClosed.inc();
     const closedAt = this.#now();
     const { records, openedAt, blockLengths, blockRecords } = f;
+    // Every failed attempt counts once: each the retry ran here, and below a failure outside it.
+    let counted: unknown;
+    const retry = this.#o.retry;
+    const attempts: Retry | undefined =
+      retry &&
+      ((attempt) =>
+        retry(w.destination, () =>
+          attempt().catch((err: unknown) => {
+            this.#o.metrics.archiveErrors.inc();
+            counted = err;
+            throw err;
+          }),
+        ));
     try {
-      await f.file.complete({ records, codec: this.#o.codecName, openedAt, closedAt, blockLengths, blockRecords });
+      const meta = { records, codec: this.#o.codecName, openedAt, closedAt, blockLengths, blockRecords };
+      await f.file.complete(meta, attempts);
     } catch (err) {
-      this.#o.metrics.archiveErrors.inc();
+      if (err !== counted) this.#o.metrics.archiveErrors.inc();
       return this.#report(w, f, closedAt, { error: err });
     }
     this.#report(w, f, closedAt);

@@ -15,7 +15,7 @@ import { ArchiverError, ConfigError } from "../../src/errors.ts";
 import { createMetrics } from "../../src/observe/metrics.ts";
 import { createFileStore } from "../../src/store/file.ts";
 import type { Codec } from "../../src/codec/index.ts";
-import type { ArchiveFile, ArchiveStore, FileMeta } from "../../src/store/types.ts";
+import { once, type ArchiveFile, type ArchiveStore, type FileMeta, type Retry } from "../../src/store/types.ts";
 
 // ---- an in-memory store whose every step a test can delay or fail ----
 
@@ -89,13 +89,14 @@ class MemFile implements ArchiveFile {
     this.data = this.data.subarray(0, size);
   }
 
-  async complete(meta: FileMeta): Promise<void> {
+  /** Its completion is one step a failure can leave to be done again: the hook runs through `retry`. */
+  async complete(meta: FileMeta, retry: Retry = once): Promise<void> {
     assert.equal(this.state, "open");
     assert.equal(this.appending, 0, "complete while an append is in flight");
     this.#reopen();
     this.#store.log.push(`complete ${this.relPath}`);
     try {
-      await this.#store.hooks.complete?.(this);
+      await retry(async () => this.#store.hooks.complete?.(this));
     } catch (err) {
       this.state = "failed";
       throw err;
@@ -475,6 +476,69 @@ test("a file whose complete fails is reported once, errored, with its tickets", 
     ],
   );
   assert.equal(await value(metrics.archiveErrors), 1);
+});
+
+test("a completion that fails is run again through the retry, each failed attempt counted, until it lands", async () => {
+  const store = new MemStore();
+  const full = new ArchiverError("ENOSPC", "disk full", "retryable");
+  let failures = 2;
+  store.hooks.complete = () => {
+    if (failures-- > 0) throw full;
+  };
+  const retried: string[] = [];
+  const { pool, metrics, completed } = setup(
+    {
+      retry: async (destination, attempt) => {
+        for (;;) {
+          try {
+            return await attempt();
+          } catch (err) {
+            assert.equal(err, full);
+            retried.push(destination);
+          }
+        }
+      },
+    },
+    store,
+  );
+  await pool.append("d", frame("aa"), 1, 1, 0);
+  await pool.closeAll();
+  assert.deepEqual(retried, ["d", "d"]);
+  assert.deepEqual(
+    completed.map((c) => [c.tickets, c.outcome]),
+    [[[0], "done"]],
+  );
+  assert.equal(store.files[0]?.state, "done");
+  assert.equal(await value(metrics.archiveErrors), 2);
+});
+
+test("a completion the retry gives up on is reported errored, each failed attempt counted once", async () => {
+  const store = new MemStore();
+  const full = new ArchiverError("ENOSPC", "disk full", "retryable");
+  store.hooks.complete = () => {
+    throw full;
+  };
+  const { pool, metrics, completed } = setup(
+    {
+      retry: async (_destination, attempt) => {
+        for (let tries = 1; ; tries++) {
+          try {
+            return await attempt();
+          } catch (err) {
+            if (tries === 3) throw err;
+          }
+        }
+      },
+    },
+    store,
+  );
+  await pool.append("d", frame("aa"), 1, 1, 0);
+  await pool.closeAll();
+  assert.deepEqual(
+    completed.map((c) => [c.tickets, c.outcome, c.error]),
+    [[[0], "errored", full]],
+  );
+  assert.equal(await value(metrics.archiveErrors), 3);
 });
 
 test("a failed append is cut back to the last whole block and its ticket stays with the caller", async () => {
