@@ -279,15 +279,20 @@ export async function settlePartials(o: SettlePartialsOptions): Promise<{ remove
       unsettled.push(marker);
     }
   }
-  // What is left to settle goes to a log of its own before the ones read are removed.
+  // What is left to settle goes to a log of its own before the ones read are removed. A spool too full for that log
+  // (the usual reason a file could not be settled: its quarantine copy did not fit) keeps the logs read instead: the
+  // next start reads them again, and the archiver starts meanwhile rather than exit on a full disk.
+  let carried = true;
   if (unsettled.length > 0) {
-    const carried = join(o.dir, logName());
+    const log = join(o.dir, logName());
     const lines = unsettled.map((m) => journalLine(OPENED, m)).join("");
-    await writeFile(carried, lines).catch((err: unknown) => {
-      throw fsError(err, "write", carried);
+    await writeFile(log, lines).catch(async (err: unknown) => {
+      carried = false;
+      await unlink(log).catch(() => undefined);
+      o.log.error({ err, journal: log }, "half-written files left unsettled cannot be carried: journal kept as it is");
     });
   }
-  for (const name of names) {
+  for (const name of carried ? names : []) {
     if (unread.has(name) || !isJournalFile(name)) continue;
     await unlink(join(o.dir, name)).catch(() => undefined);
   }

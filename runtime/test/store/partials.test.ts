@@ -9,6 +9,7 @@ import { PartialJournal, settlePartials } from "../../src/store/partials.ts";
 import { Quarantine } from "../../src/store/quarantine.ts";
 import type { FileMeta } from "../../src/store/types.ts";
 import { captureLog, metric, newMetrics, tempDir } from "../store-staging/helpers.ts";
+import { fillUntil, tmpfsDir } from "../../../e2e/support/archiver.ts";
 
 const META: FileMeta = { records: 1, codec: "zstd", openedAt: 0, closedAt: 0, blockLengths: [3], blockRecords: [1] };
 const A = "events/acme/2026/12/02/13-000001-k3x9a2_1.jsonl.zst";
@@ -16,8 +17,8 @@ const B = "events/acme/2026/12/02/13-000002-k3x9a2_1.jsonl.zst";
 const C = "logs/13-000001-k3x9a2_2.jsonl.zst";
 
 /** A destination with one file completed and two a kill left half written, as the dead process's store left them. */
-async function killed() {
-  const spool = await tempDir();
+async function killed(spool?: string) {
+  spool ??= await tempDir();
   const root = join(await tempDir(), "archive");
   const dir = join(spool, "partials");
   const { log, lines } = captureLog();
@@ -194,6 +195,20 @@ test("a file that cannot be settled stays in the journal, and the next start set
   assert.deepEqual(await k.settle("remove"), { removed: 1, quarantined: 0 }, "C, at the next start");
   await assert.rejects(readFile(partialC), { code: "ENOENT" });
   assert.deepEqual(await readdir(k.dir), []);
+});
+
+test("a spool too full to quarantine or carry keeps its journal, and the start after space frees settles it", async (t) => {
+  const spool = tmpfsDir(t, "1m", "partials-full-");
+  const k = await killed(spool);
+  // The hidden files are on another volume: their quarantine copies need a page each of the full spool.
+  fillUntil(join(spool, "filler"), spool, 0);
+  assert.deepEqual(await k.settle("quarantine"), { removed: 0, quarantined: 0 }, "a start, not a crash");
+  assert.equal(k.lines.filter((l) => l.msg === "half-written file could not be settled at startup").length, 2);
+  assert.equal(k.lines.filter((l) => l.msg.includes("cannot be carried: journal kept")).length, 1);
+  await rm(join(spool, "filler"));
+  assert.deepEqual(await k.settle("quarantine"), { removed: 0, quarantined: 2 }, "B and C, at the next start");
+  assert.deepEqual(await readdir(k.dir), []);
+  assert.equal(await readFile(join(spool, "uploads/quarantine", B), "utf8"), `${B}\n`);
 });
 
 test("a spool that refuses markers warns once and never fails a write", async () => {
