@@ -166,7 +166,8 @@ export class Pipeline implements TransportSink {
     this.#inflightCap = Math.max(capBytes / 2, cfg.buffer.flush_bytes * 2);
     this.#turnRecords = cfg.kafka.batch_size * TURN_BATCHES;
     // Read back at most half what may be in flight: the drain reads every destination's spill at once.
-    this.#spill = openSpill(cfg, this.#inflightCap / 2, this.#log);
+    // Only where records can be read again (kafka): grpc's answered pushes are kept in memory, as before the spill.
+    this.#spill = deps.transport.replayable ? openSpill(cfg, this.#inflightCap / 2, this.#log) : undefined;
     this.#buffers = new HotBufferPool({
       spill: this.#spill,
       onSpill: () => this.#m.hotBufferSpills.inc(),
