@@ -9,7 +9,8 @@ import { routeBatch, type RouteSpec, type Routed, type RoutedChunk, type RoutedG
 import { flushPieces, HotBufferPool, releaseFlush, viewsOf, wholeBatch, type FlushBatch } from "./buffer/hot.ts";
 import { Spill } from "./buffer/spill.ts";
 import { resolveSpoolBudget } from "./store/spool.ts";
-import { createCodec, readBlocks, type Codec } from "./codec/index.ts";
+import { readBlocks } from "./codec/blocks.ts";
+import { createCodec, type Codec } from "./codec/index.ts";
 import { codecLanes } from "./codec/lanes.ts";
 import type { DeadLetter, KafkaDlq } from "./dlq/kafka.ts";
 import { createWriterPool, type CompletedFile, type WriterPool } from "./archive/writers.ts";

@@ -121,5 +121,3 @@ function levelIn(name: "zstd" | "gzip", level: number | undefined): number {
   }
   return chosen;
 }
-
-export { readBlocks } from "./blocks.ts";

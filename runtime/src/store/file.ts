@@ -1,51 +1,16 @@
 // Local file system backend (file:///abs/path). A file is durable once it, and every directory from it up to the
 // destination root, is synced; a root the archiver had to create is also synced into the nearest parent that was
 // already there, so a node crash after the commit cannot lose the file or the path to it.
-import fs, { constants } from "node:fs";
+import { constants } from "node:fs";
 import { link, mkdir, open, unlink, type FileHandle } from "node:fs/promises";
-import { basename, dirname, isAbsolute, join, resolve } from "node:path";
+import { dirname, isAbsolute, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Codec } from "../codec/index.ts";
 import { codecLanes, type AppendTarget, type LaneFailure } from "../codec/lanes.ts";
-import { ArchiverError, type ErrorKind } from "../errors.ts";
+import { ArchiverError } from "../errors.ts";
+import { errnoOf, fsError, partialPath, syncDir } from "./fs.ts";
 import type { PartialJournal } from "./partials.ts";
 import { once, type ArchiveFile, type ArchiveStore, type FileMeta, type Retry } from "./types.ts";
-
-// Decided by errno once, here. A code not listed is retryable: retrying costs lag, dropping costs records.
-const ERRNO_KIND: ReadonlyMap<string, ErrorKind> = new Map<string, ErrorKind>([
-  ["ENOSPC", "retryable"],
-  ["EIO", "retryable"],
-  ["EAGAIN", "retryable"],
-  ["EMFILE", "retryable"],
-  ["ENFILE", "retryable"],
-  ["EDQUOT", "retryable"],
-  ["EBUSY", "retryable"],
-  ["EACCES", "permanent"],
-  ["EPERM", "permanent"],
-  ["EROFS", "permanent"],
-  ["ENAMETOOLONG", "permanent"],
-  ["EISDIR", "permanent"],
-  ["ENOTDIR", "permanent"],
-  ["EINVAL", "permanent"],
-  // A file the archiver created and is writing is gone (removed behind its back): no retry brings its frames back.
-  ["ENOENT", "permanent"],
-]);
-
-/** The errno code of a file system error. */
-export function errnoOf(err: unknown): string | undefined {
-  return typeof err === "object" && err !== null && "code" in err && typeof err.code === "string"
-    ? err.code
-    : undefined;
-}
-
-/** Wraps a file system error as an ArchiverError whose code is the errno code (`fs_error` when it has none). */
-export function fsError(err: unknown, op: string, path: string): ArchiverError {
-  if (err instanceof ArchiverError) return err;
-  const code = errnoOf(err);
-  const reason = err instanceof Error ? err.message : String(err);
-  const kind = (code === undefined ? undefined : ERRNO_KIND.get(code)) ?? "retryable";
-  return new ArchiverError(code ?? "fs_error", `${op} ${path}: ${reason}`, kind, { cause: err });
-}
 
 const invalidPath = (path: string, why: string) =>
   new ArchiverError("invalid_path", `invalid path ${JSON.stringify(path)}: ${why}`, "permanent");
@@ -71,11 +36,6 @@ function rootPath(rootUrlOrPath: string): string {
   return resolve(path);
 }
 
-/** The hidden name a file has until it completes; archive tools matching `*.zst` and the like pass it over. */
-export function partialPath(path: string): string {
-  return join(dirname(path), `.${basename(path)}.partial`);
-}
-
 /** `from` and each parent of it, up to and including `to` (an ancestor of `from`). */
 function dirsUpTo(from: string, to: string): string[] {
   const dirs = [from];
@@ -94,22 +54,6 @@ async function mkdirs(path: string): Promise<string | undefined> {
     if (errnoOf(err) !== "EEXIST") throw fsError(err, "mkdir", path);
     throw new ArchiverError("ENOTDIR", `mkdir ${path}: a file is in the way`, "permanent", { cause: err });
   }
-}
-
-/**
- * fsync of a directory: makes the entries created in it durable. On descriptors, not a FileHandle: a drain syncs
- * thousands of directories at once, and 5,101 took 90-98 ms this way against 130-165 ms through FileHandles.
- */
-export function syncDir(dir: string): Promise<void> {
-  return new Promise((resolve, reject) =>
-    fs.open(dir, "r", (err, fd) => {
-      if (err !== null) return reject(err);
-      // The sync's error is the one to report; the descriptor is closed either way.
-      fs.fsync(fd, (syncErr) =>
-        fs.close(fd, (closeErr) => ((syncErr ?? closeErr) ? reject(syncErr ?? closeErr) : resolve())),
-      );
-    }),
-  );
 }
 
 class LocalFile implements ArchiveFile {

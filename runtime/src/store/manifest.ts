@@ -2,7 +2,7 @@
 // store, which writes them, and restart recovery, which reads them back.
 import { open, rename, rmdir, unlink } from "node:fs/promises";
 import { dirname, join, relative, sep } from "node:path";
-import { errnoOf, fsError, syncDir } from "./file.ts";
+import { errnoOf, fsError, syncDir } from "./fs.ts";
 
 export const UPLOADS_DIR = "uploads";
 /** Top-level name under uploads/ that holds files moved aside for an operator. */

@@ -14,7 +14,7 @@ import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import type { Logger } from "pino";
 import type { Metrics } from "../observe/metrics.ts";
-import { errnoOf, fsError, partialPath } from "./file.ts";
+import { errnoOf, fsError, partialPath } from "./fs.ts";
 import type { Quarantine } from "./quarantine.ts";
 
 export const PARTIALS_DIR = "partials";

@@ -6,7 +6,7 @@ import { copyFile, lstat, mkdir, readdir, rename, unlink } from "node:fs/promise
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import type { Metrics } from "../observe/metrics.ts";
-import { errnoOf, fsError } from "./file.ts";
+import { errnoOf, fsError } from "./fs.ts";
 import { pruneEmptyDirs, QUARANTINE_DIR } from "./manifest.ts";
 
 export type QuarantineReason = "unreadable" | "incomplete" | "corrupt" | "no_store";

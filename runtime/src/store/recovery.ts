@@ -6,7 +6,7 @@ import { readdir, readFile, stat } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
 import type { Metrics } from "../observe/metrics.ts";
-import { errnoOf, fsError } from "./file.ts";
+import { errnoOf, fsError } from "./fs.ts";
 import {
   MANIFEST_SUFFIX,
   MANIFEST_TEMP_SUFFIX,

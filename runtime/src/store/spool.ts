@@ -5,7 +5,7 @@ import { mkdir, statfs } from "node:fs/promises";
 import { resolve } from "node:path";
 import type { Config } from "../config/schema.ts";
 import { ArchiverError, ConfigError } from "../errors.ts";
-import { fsError } from "./file.ts";
+import { fsError } from "./fs.ts";
 
 export const WRITABLE_PATH_LIMITS_ENV = "SCALO_WRITABLE_PATH_LIMITS";
 const GIB = 1024 ** 3;

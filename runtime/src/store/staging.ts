@@ -14,7 +14,8 @@ import { ArchiverError, ConfigError, isRetryable } from "../errors.ts";
 import type { Metrics } from "../observe/metrics.ts";
 import { SinkTally, type SinkOutcomes } from "../regulate/circuit.ts";
 import { backoffDelay, UPLOAD_BACKOFF, type Backoff } from "./backoff.ts";
-import { errnoOf, createFileStore } from "./file.ts";
+import { createFileStore } from "./file.ts";
+import { errnoOf } from "./fs.ts";
 import { checkKey, STAGED_UNREADABLE, type ObjectBackend, type UploadMeta } from "./object/types.ts";
 import {
   MANIFEST_SUFFIX,

@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { ArchiverError } from "../../src/errors.ts";
-import { CODEC_NAMES, createCodec, readBlocks, type Codec } from "../../src/codec/index.ts";
+import { readBlocks } from "../../src/codec/blocks.ts";
+import { CODEC_NAMES, createCodec, type Codec } from "../../src/codec/index.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "codec-blocks-"));
 after(() => rmSync(dir, { recursive: true, force: true }));

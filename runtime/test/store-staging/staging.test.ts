@@ -4,7 +4,7 @@ import { access, readdir, readFile, rm, truncate, unlink } from "node:fs/promise
 import { join } from "node:path";
 import { ArchiverError } from "../../src/errors.ts";
 import { backoffDelay, UPLOAD_BACKOFF } from "../../src/store/backoff.ts";
-import { fsError } from "../../src/store/file.ts";
+import { fsError } from "../../src/store/fs.ts";
 import { STAGED_UNREADABLE, type ObjectBackend } from "../../src/store/object/types.ts";
 import { createStagingStore, type StagingStoreOptions } from "../../src/store/staging.ts";
 import type { FileMeta } from "../../src/store/types.ts";
