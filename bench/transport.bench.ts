@@ -16,7 +16,8 @@ import { recordsOf } from "../e2e/support/batches.ts";
 import type * as testbed from "../e2e/support/testbed.ts";
 import { KafkaTransport } from "../runtime/src/transport/kafka.ts";
 import { PlatformaticKafkaTransport } from "../runtime/src/transport/platformatic.ts";
-import type { InboundBatch, KafkaTransportOptions, Transport, TransportSink } from "../runtime/src/transport/types.ts";
+import type { InboundBatch } from "../runtime/src/records.ts";
+import type { KafkaTransportOptions, Transport, TransportSink } from "../runtime/src/transport/types.ts";
 
 const PARTITIONS = 6;
 const RUNS = 3;

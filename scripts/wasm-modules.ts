@@ -4,9 +4,9 @@
 import { readFileSync } from "node:fs";
 import { basename, resolve } from "node:path";
 import wabt from "wabt";
-import { Wasm } from "../runtime/src/wasm.ts";
+import { Wasm } from "../runtime/src/wasm/loader.ts";
 
-const SRC = resolve(import.meta.dirname, "..", "runtime", "src");
+const WASM = resolve(import.meta.dirname, "..", "runtime", "src", "wasm");
 
 export interface WasmModule {
   /** The source, and the generated file. */
@@ -17,9 +17,9 @@ export interface WasmModule {
 }
 
 export const WASM_MODULES: readonly WasmModule[] = [
-  { wat: resolve(SRC, "route", "scan.wat"), file: resolve(SRC, "route", "scan-module.ts"), name: "SCAN_MODULE" },
-  { wat: resolve(SRC, "transport", "lz4.wat"), file: resolve(SRC, "transport", "lz4-module.ts"), name: "LZ4_MODULE" },
-  { wat: resolve(SRC, "route", "reply.wat"), file: resolve(SRC, "route", "reply-module.ts"), name: "REPLY_MODULE" },
+  { wat: resolve(WASM, "scan.wat"), file: resolve(WASM, "scan-module.ts"), name: "SCAN_MODULE" },
+  { wat: resolve(WASM, "lz4.wat"), file: resolve(WASM, "lz4-module.ts"), name: "LZ4_MODULE" },
+  { wat: resolve(WASM, "reply.wat"), file: resolve(WASM, "reply-module.ts"), name: "REPLY_MODULE" },
 ];
 
 export async function wasmModuleText(m: WasmModule): Promise<string> {

@@ -2,7 +2,7 @@
 import { compressFrameSync } from "lz4-napi";
 import { lz4Bound, Lz4Frames } from "../../runtime/src/transport/lz4-frame.ts";
 import { forEachRecord } from "../../runtime/src/transport/record-batch.ts";
-import type { InboundBatch } from "../../runtime/src/transport/types.ts";
+import type { InboundBatch } from "../../runtime/src/records.ts";
 
 export interface BatchRecord {
   /** Null when the record had no value (a record batch's null reads as empty). */

@@ -24,7 +24,9 @@ import type { Hold } from "./delivery/hold.ts";
 import { OffsetTracker, type PartitionRef } from "./delivery/tracker.ts";
 import type { Health } from "./observe/health.ts";
 import type { Metrics } from "./observe/metrics.ts";
-import type { InboundBatch, Transport, TransportSink } from "./transport/types.ts";
+import type { InboundBatch } from "./records.ts";
+import { KAFKA_BATCHES } from "./transport/record-batch.ts";
+import type { Transport, TransportSink } from "./transport/types.ts";
 import type { MemoryLimit } from "./regulate/memory.ts";
 import { createLatch, latchSources, type Latch } from "./regulate/latch.ts";
 import { createPressure, type Pressure } from "./regulate/pressure.ts";
@@ -311,7 +313,7 @@ export class Pipeline implements TransportSink {
       const seq = ++this.#routeSeq;
       this.#routing.add(seq);
       try {
-        routed = await routeBatch(this.#routeSpec, batch);
+        routed = await routeBatch(this.#routeSpec, batch, KAFKA_BATCHES);
       } finally {
         this.#routing.delete(seq);
         this.#endTurnSoon();

@@ -14,7 +14,8 @@ import { createMetrics } from "../src/observe/metrics.ts";
 import { Pipeline, type PipelineExit } from "../src/pipeline.ts";
 import { resolveMemoryLimit } from "../src/regulate/memory.ts";
 import { openStore } from "../src/store/open.ts";
-import type { InboundBatch, Transport, TransportSink } from "../src/transport/types.ts";
+import type { InboundBatch } from "../src/records.ts";
+import type { Transport, TransportSink } from "../src/transport/types.ts";
 
 const TOPIC = "events";
 const PARTITIONS = 2;

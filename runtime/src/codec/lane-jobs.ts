@@ -13,7 +13,8 @@ import { lazyNative } from "../native.ts";
 import { routeBlock } from "../route/block.ts";
 import { collectSoon } from "../regulate/sampler.ts";
 import { sharedReplyMemory } from "../route/reply-wasm.ts";
-import type { SharedWasmMemory } from "../wasm.ts";
+import { KAFKA_BATCHES } from "../transport/record-batch.ts";
+import type { SharedWasmMemory } from "../wasm/loader.ts";
 import { CODEC_NAMES } from "./index.ts";
 import {
   alignOutput,
@@ -279,9 +280,10 @@ async function run(batch: LaneBatch): Promise<LaneReply> {
       else if (op === "compress") lengths[i] = await compress(arg, input, out);
       else if (op === "decompress") lengths[i] = await decompress(arg, input, out);
       else if (op === "route") {
-        // A reply of its own, in shared memory: a batch's routed records, megabytes, copied nowhere.
+        // A reply of its own, in shared memory: a batch's routed records, megabytes, copied nowhere. Encoded batches
+        // are Kafka's (the only transport that hands them), decoded here where the route reads them.
         let memory: SharedWasmMemory | undefined;
-        const reply = routeBlock(input, (size) => (memory = replyMemory(size)));
+        const reply = routeBlock(input, (size) => (memory = replyMemory(size)), KAFKA_BATCHES);
         if (memory === undefined) throw new Error("a route reply without its memory");
         owned[i] = memory;
         lengths[i] = reply.length;

@@ -12,7 +12,7 @@ import { extname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import { ArchiverError } from "../errors.ts";
-import type { SharedWasmMemory } from "../wasm.ts";
+import type { SharedWasmMemory } from "../wasm/loader.ts";
 
 export type LaneOp = "compress" | "decompress" | "append" | "compressAppend" | "route";
 export const LANE_OPS: readonly LaneOp[] = ["compress", "decompress", "append", "compressAppend", "route"];
@@ -53,7 +53,7 @@ export const PIECE_FIELDS = 3;
 const SPARES_HELD = 8;
 /**
  * The lane each route reply's memory came from, and the WebAssembly memory it is the buffer of, so it goes back there
- * as that: a lane reuses what its own replies used, and its replies are written by WebAssembly (route/reply.wat).
+ * as that: a lane reuses what its own replies used, and its replies are written by WebAssembly (wasm/reply.wat).
  */
 const replyLane = new WeakMap<SharedArrayBuffer, { lane: Lane; memory: SharedWasmMemory }>();
 

@@ -1,13 +1,13 @@
 // Routing a whole batch off the event loop: the pipeline hands a route lane one block (a transport batch, either its
-// records end to end or Kafka's record batches as fetched), and gets back the batch grouped by destination, chunk by
+// records end to end or its encoded records as fetched, read by the lane's EncodedFormat), and gets back the batch grouped by destination, chunk by
 // chunk, each group its records' bytes end to end with a newline after each. Per record the event loop then does
 // nothing: decoding, field extraction and grouping, about 5 µs a record there, run on the lane, and the pipeline
 // buffers each group with one copy.
 // Both ends live here, as the one definition of the block and reply layouts (little-endian, unaligned):
 //   block: u32 spec length, spec JSON, i32 topic length (-1: none), topic, u8 kind, then
 //     kind 0 (records): u32 count, count x u32 value length, count x f64 offset, the values end to end
-//     kind 1 (kafka record batches): f64 fromOffset, u32 aborted, aborted x [f64 producer id, f64 first offset],
-//       the batches
+//     kind 1 (encoded records): f64 fromOffset, u32 aborted, aborted x [f64 producer id, f64 first offset],
+//       the encoded bytes
 //   reply (8-aligned, so the pipeline reads ends and offsets as typed views): u32 chunks, 4 pad, per chunk
 //     [u32 records, u32 groups, f64 last offset, per group [i32 key length (-1: too deep), u32 count, key, pad to 8,
 //     count x f64 offset, count x u32 end, u32 bytes, bytes, pad to 8]], then u32 errors, u32 too deep, u32 fields,
@@ -16,10 +16,8 @@
 import type { BufferedRecords } from "../buffer/hot.ts";
 import { codecLanes, copyInto, type LaneFailure } from "../codec/lanes.ts";
 import { ArchiverError } from "../errors.ts";
-import type { InboundBatch, InboundRecord } from "../transport/types.ts";
-import { forEachRecord, splitBatches, type AbortedTransaction } from "../transport/record-batch.ts";
-import { Lz4Frames } from "../transport/lz4-frame.ts";
-import type { SharedWasmMemory, WasmMemory } from "../wasm.ts";
+import type { AbortedTransaction, EncodedFormat, InboundBatch, InboundRecord } from "../records.ts";
+import type { SharedWasmMemory, WasmMemory } from "../wasm/loader.ts";
 import { putterFor, type ReplyPutter } from "./reply-wasm.ts";
 import { createRouter, TOO_DEEP, type Router, type RouterOptions } from "./router.ts";
 
@@ -63,7 +61,7 @@ const NEWLINE = 0x0a;
 const NO_TOPIC = -1;
 const TOO_DEEP_KEY = -1;
 const KIND_RECORDS = 0;
-const KIND_KAFKA = 1;
+const KIND_ENCODED = 1;
 
 /** The block a route lane takes for `batch`, written at the start of `alloc(size)`. */
 export function encodeRouteBlock(
@@ -89,7 +87,7 @@ export function encodeRouteBlock(
   p += 4 + (topicBytes?.copy(out, p + 4) ?? 0);
   if (batch.encoded !== undefined) {
     const { fromOffset, aborted, bytes } = batch.encoded;
-    out[p++] = KIND_KAFKA;
+    out[p++] = KIND_ENCODED;
     view.setFloat64(p, fromOffset, true);
     view.setUint32(p + 8, aborted.length, true);
     p += 12;
@@ -174,8 +172,6 @@ interface Chunk {
 
 const routers = new Map<string, { router: Router; spec: RouteSpec }>();
 const visited = new Visited();
-/** A block's lz4 batches, decoded in its memory and read there until the reply is encoded. */
-let lz4: Lz4Frames | undefined;
 /** Each chunk's own stamp for the routers' key marks (Router.last): never one a mark already holds. */
 let chunkStamps = 0;
 
@@ -193,9 +189,14 @@ const plainMemory: ReplyMemory = (size) => ({ buffer: new SharedArrayBuffer(size
 
 /**
  * Routes one block (the lane's side); the reply, laid out as the header comment says, fills the start of shared
- * memory of its own, from `memory`.
+ * memory of its own, from `memory`. An encoded batch's records are read by `format` (a lane's is Kafka's, from the
+ * transport), each routed where it left them until the reply is encoded.
  */
-export function routeBlock(block: Uint8Array, memory: ReplyMemory = plainMemory): Uint8Array<SharedArrayBuffer> {
+export function routeBlock(
+  block: Uint8Array,
+  memory: ReplyMemory = plainMemory,
+  format?: EncodedFormat,
+): Uint8Array<SharedArrayBuffer> {
   const view = new DataView(block.buffer, block.byteOffset, block.byteLength);
   const text = Buffer.from(block.buffer, block.byteOffset, block.byteLength);
   let p = 0;
@@ -253,7 +254,8 @@ export function routeBlock(block: Uint8Array, memory: ReplyMemory = plainMemory)
     chunk.records++;
     chunk.lastOffset = offset;
   };
-  if (kind === KIND_KAFKA) {
+  if (kind === KIND_ENCODED) {
+    if (format === undefined) throw new Error("an encoded batch routed with no EncodedFormat to read it");
     const fromOffset = view.getFloat64(p, true);
     const aborted: AbortedTransaction[] = [];
     const abortedCount = view.getUint32(p + 8, true);
@@ -261,8 +263,7 @@ export function routeBlock(block: Uint8Array, memory: ReplyMemory = plainMemory)
     for (let i = 0; i < abortedCount; i++, p += 16) {
       aborted.push({ producerId: view.getFloat64(p, true), firstOffset: view.getFloat64(p + 8, true) });
     }
-    lz4 ??= new Lz4Frames();
-    forEachRecord(block.subarray(p), fromOffset, visit, aborted, lz4);
+    format.forEach(block.subarray(p), fromOffset, visit, aborted);
   } else if (kind === KIND_RECORDS) {
     const count = view.getUint32(p, true);
     p += 4;
@@ -441,14 +442,15 @@ const LOCAL_BELOW = 64;
 
 /**
  * Routes `batch` on the least loaded lane, or here when it is small. A fetch of more records than a chunk, from one
- * partition, is cut at its record batches and routed on every lane at once: left alone, a partition's fetches were
- * routed on one lane while the others idled. Not where the broker lists aborted transactions: whether a batch is
- * aborted rests on the markers before it, which a later piece would not see.
+ * partition, is cut by `format` at its record batches and routed on every lane at once: left alone, a partition's
+ * fetches were routed on one lane while the others idled. Not where the broker lists aborted transactions: whether a
+ * batch is aborted rests on the markers before it, which a later piece would not see. The lanes read the pieces with
+ * the same format (codec/lane-jobs.ts).
  */
-export async function routeBatch(spec: RouteSpec, batch: InboundBatch): Promise<Routed> {
+export async function routeBatch(spec: RouteSpec, batch: InboundBatch, format: EncodedFormat): Promise<Routed> {
   const encoded = batch.encoded;
   if (encoded !== undefined && encoded.aborted.length === 0) {
-    const pieces = splitBatches(encoded.bytes, codecLanes().size, spec.chunk);
+    const pieces = format.cut(encoded.bytes, codecLanes().size, spec.chunk);
     if (pieces.length > 1) {
       const parts = await Promise.all(
         pieces.map((bytes) => routeOne(spec, { ...batch, encoded: { ...encoded, bytes } })),

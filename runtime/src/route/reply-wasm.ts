@@ -1,16 +1,15 @@
-// The route reply's records, put in place from an lz4 decoder's memory by reply.wat (assembled into reply-module.ts
-// by scripts/generate.ts): rows of copies written here into the decoder's memory (REPLY_TABLE_AT), then put a table
-// at a time. A Buffer#copy a record, with its argument checks and handle scopes, was about a seventh of the lanes'
-// time on the bench.
+// The route reply's records, put in place from an lz4 decoder's memory by wasm/reply.wat: rows of copies written
+// here into the decoder's memory (its reply table, see wasm/memory.ts), then put a table at a time. A Buffer#copy a
+// record, with its argument checks and handle scopes, was about a seventh of the lanes' time on the bench.
 
-import { decoderMemory, REPLY_TABLE_AT, REPLY_TABLE_BYTES } from "../transport/lz4-frame.ts";
-import { Wasm, WASM_PAGE, type SharedWasmMemory, type WasmMemory } from "../wasm.ts";
-import { REPLY_MODULE } from "./reply-module.ts";
+import { compiledOnce, Wasm, WASM_PAGE, type SharedWasmMemory, type WasmMemory } from "../wasm/loader.ts";
+import { decoderMemory, REPLY_TABLE_AT, REPLY_TABLE_BYTES } from "../wasm/memory.ts";
+import { REPLY_MODULE } from "../wasm/reply-module.ts";
 
 const ROW_BYTES = 32;
 const ROWS = REPLY_TABLE_BYTES / ROW_BYTES;
 
-let compiled: object | undefined;
+const replyModule = compiledOnce(REPLY_MODULE);
 
 /** Shared memory for a route reply of `bytes`, which reply.wat can write and the event loop read where it lies. */
 export function sharedReplyMemory(bytes: number): SharedWasmMemory {
@@ -26,8 +25,7 @@ export class ReplyPutter {
   #rows = 0;
 
   constructor(records: WasmMemory, reply: SharedWasmMemory) {
-    compiled ??= new Wasm.Module(Buffer.from(REPLY_MODULE, "base64"));
-    const exports = new Wasm.Instance(compiled, { env: { records, reply } }).exports as {
+    const exports = new Wasm.Instance(replyModule(), { env: { records, reply } }).exports as {
       put(table: number, rows: number): void;
     };
     this.#put = exports.put;

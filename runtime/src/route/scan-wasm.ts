@@ -1,39 +1,38 @@
-// The WebAssembly scan (scan.wat, assembled into scan-module.ts by scripts/generate.ts): extract.ts's validating pass
-// for records whose routed paths are all top-level plain keys, 2.6 times as fast on the bench's records (0.71 against
-// 1.86 µs), mostly from string bodies read 16 bytes at a time. A record decoded by an lz4 decoder (Kafka's lz4
-// batches) is scanned where it lies in the decoder's memory, the scan's tables at its head; any other is copied into
-// the scanner's own memory, so nothing depends on how long the caller's buffer lives or whether it changes.
+// The WebAssembly scan (wasm/scan.wat): extract.ts's validating pass for records whose routed paths are all
+// top-level plain keys, 2.6 times as fast on the bench's records (0.71 against 1.86 µs), mostly from string bodies
+// read 16 bytes at a time. A record decoded by an lz4 decoder (Kafka's lz4 batches) is scanned where it lies in the
+// decoder's memory, the scan's tables at its head (wasm/memory.ts maps both memories); any other is copied into the
+// scanner's own memory, so nothing depends on how long the caller's buffer lives or whether it changes.
 
-import { decoderMemory, REPLY_TABLE_AT, SHARED_HEAD } from "../transport/lz4-frame.ts";
-import { Wasm, WASM_PAGE, type WasmMemory } from "../wasm.ts";
-import { SCAN_MODULE } from "./scan-module.ts";
+import { compiledOnce, Wasm, WASM_PAGE, type WasmMemory } from "../wasm/loader.ts";
+import {
+  decoderMemory,
+  DECODED_AT,
+  RECORD_AT,
+  SCAN_ESCAPE_AT,
+  SCAN_HEX_AT,
+  SCAN_KEY_STRIDE,
+  SCAN_KEYS_AT,
+  SCAN_SLOT_BYTES,
+  SCAN_SLOTS_AT,
+} from "../wasm/memory.ts";
+import { SCAN_MODULE } from "../wasm/scan-module.ts";
 
-// The module's memory layout, as scan.wat's header gives it.
-const HEX_AT = 0;
-const ESCAPE_AT = 256;
-const KEYS_AT = 512;
-const KEY_STRIDE = 64;
-const SLOTS_AT = 1024;
-const SLOT_BYTES = 16;
-const RECORDS_AT = 67_584;
 /** Bytes kept past a record: the scan reads words near a record's end before checking how far it is. */
 const SLACK = 16;
 
 /** Keys the module can hold, and their longest. */
 export const WASM_MAX_KEYS = 7;
-export const WASM_MAX_KEY_BYTES = KEY_STRIDE - 4;
+export const WASM_MAX_KEY_BYTES = SCAN_KEY_STRIDE - 4;
 
 /** scan's verdicts: extract.ts's ScanResult, and Unhandled for a record the JavaScript scan must read instead. */
 export const WasmVerdict = { Ok: 0, Invalid: 1, TooDeep: 2, Unhandled: 3 } as const;
-
-if (REPLY_TABLE_AT < RECORDS_AT)
-  throw new Error("an lz4 decoder's memory leaves too little room for the scan's tables");
 
 interface ScanExports {
   scan(p: number, n: number, maxDepth: number): number;
 }
 
-let compiled: object | undefined;
+const scanModule = compiledOnce(SCAN_MODULE);
 
 /** The scan instantiated over one memory, and views of that memory (growing it detaches them). */
 class Bound {
@@ -44,7 +43,7 @@ class Bound {
 
   constructor(memory: WasmMemory) {
     this.memory = memory;
-    this.exports = new Wasm.Instance(compiled as object, { env: { memory } }).exports as ScanExports;
+    this.exports = new Wasm.Instance(scanModule(), { env: { memory } }).exports as ScanExports;
     this.views();
   }
 
@@ -69,7 +68,7 @@ export class WasmScanner {
   #foreign: ArrayBufferLike | undefined;
   /** The instance of the last scan, whose slots are read, and where its record started in that memory. */
   #last: Bound;
-  #base = RECORDS_AT;
+  #base = RECORD_AT;
 
   /** A scanner for `keys`, or undefined where this Node has no WebAssembly SIMD (never on Node 24). */
   static open(keys: readonly Uint8Array[]): WasmScanner | undefined {
@@ -77,7 +76,7 @@ export class WasmScanner {
       throw new RangeError(`at most ${WASM_MAX_KEYS} keys of at most ${WASM_MAX_KEY_BYTES} bytes`);
     }
     try {
-      compiled ??= new Wasm.Module(Buffer.from(SCAN_MODULE, "base64"));
+      scanModule();
     } catch (err) {
       if (err instanceof Wasm.CompileError) return undefined;
       throw err;
@@ -87,24 +86,24 @@ export class WasmScanner {
 
   private constructor(keys: readonly Uint8Array[]) {
     this.#keys = keys;
-    this.#own = new Bound(new Wasm.Memory({ initial: Math.ceil((RECORDS_AT + SLACK) / WASM_PAGE) }));
+    this.#own = new Bound(new Wasm.Memory({ initial: Math.ceil((RECORD_AT + SLACK) / WASM_PAGE) }));
     this.#last = this.#own;
     this.#writeTables(this.#own);
   }
 
   #writeTables(at: Bound): void {
     const b = at.bytes;
-    b.fill(255, HEX_AT, HEX_AT + 256);
+    b.fill(255, SCAN_HEX_AT, SCAN_HEX_AT + 256);
     for (let d = 0; d < 16; d++) {
-      b[HEX_AT + "0123456789abcdef".charCodeAt(d)] = d;
-      b[HEX_AT + "0123456789ABCDEF".charCodeAt(d)] = d;
+      b[SCAN_HEX_AT + "0123456789abcdef".charCodeAt(d)] = d;
+      b[SCAN_HEX_AT + "0123456789ABCDEF".charCodeAt(d)] = d;
     }
-    b.fill(0, ESCAPE_AT, ESCAPE_AT + 256);
-    for (const c of '"\\/bfnrt') b[ESCAPE_AT + c.charCodeAt(0)] = 1;
-    b.writeUInt32LE(this.#keys.length, KEYS_AT);
+    b.fill(0, SCAN_ESCAPE_AT, SCAN_ESCAPE_AT + 256);
+    for (const c of '"\\/bfnrt') b[SCAN_ESCAPE_AT + c.charCodeAt(0)] = 1;
+    b.writeUInt32LE(this.#keys.length, SCAN_KEYS_AT);
     this.#keys.forEach((k, i) => {
-      b.writeUInt32LE(k.length, KEYS_AT + 4 + i * KEY_STRIDE);
-      b.set(k, KEYS_AT + 8 + i * KEY_STRIDE);
+      b.writeUInt32LE(k.length, SCAN_KEYS_AT + 4 + i * SCAN_KEY_STRIDE);
+      b.set(k, SCAN_KEYS_AT + 8 + i * SCAN_KEY_STRIDE);
     });
     if (at !== this.#own) tables = { memory: at.memory, scanner: this };
   }
@@ -124,17 +123,17 @@ export class WasmScanner {
       return shared.exports.scan(at, at + length, depth);
     }
     const own = this.#own;
-    if (RECORDS_AT + length + SLACK > own.bytes.length) {
-      own.memory.grow(Math.ceil((RECORDS_AT + length + SLACK - own.bytes.length) / WASM_PAGE));
+    if (RECORD_AT + length + SLACK > own.bytes.length) {
+      own.memory.grow(Math.ceil((RECORD_AT + length + SLACK - own.bytes.length) / WASM_PAGE));
       own.views();
     }
     // Buffer#copy where it can: a subarray and TypedArray#set a record took more than the copy itself.
-    if (Buffer.isBuffer(buf)) buf.copy(own.bytes, RECORDS_AT, start, end);
-    else own.bytes.set(buf.subarray(start, end), RECORDS_AT);
+    if (Buffer.isBuffer(buf)) buf.copy(own.bytes, RECORD_AT, start, end);
+    else own.bytes.set(buf.subarray(start, end), RECORD_AT);
     this.#last = own;
-    this.#base = RECORDS_AT;
+    this.#base = RECORD_AT;
     // The slack after this record may hold the tail of a longer one: the scan only ever compares it, never accepts it.
-    return own.exports.scan(RECORDS_AT, RECORDS_AT + length, depth);
+    return own.exports.scan(RECORD_AT, RECORD_AT + length, depth);
   }
 
   /**
@@ -153,7 +152,7 @@ export class WasmScanner {
       if (shared?.memory === memory) shared.views();
       else this.#shared = shared = new Bound(memory);
     }
-    if (at < SHARED_HEAD || until > buffer.byteLength) return undefined;
+    if (at < DECODED_AT || until > buffer.byteLength) return undefined;
     if (tables?.memory !== shared.memory || tables.scanner !== this) this.#writeTables(shared);
     return shared;
   }
@@ -165,20 +164,20 @@ export class WasmScanner {
 
   /** Key i's kind after the last Ok scan (extract.ts's FieldKind). */
   kind(i: number): number {
-    return this.#last.words[(SLOTS_AT + i * SLOT_BYTES) >> 2] as number;
+    return this.#last.words[(SCAN_SLOTS_AT + i * SCAN_SLOT_BYTES) >> 2] as number;
   }
 
   /** Where key i's value starts in the scanned record's buffer, given the record's start there. */
   start(i: number, recordStart: number): number {
-    return (this.#last.words[(SLOTS_AT + i * SLOT_BYTES + 4) >> 2] as number) - this.#base + recordStart;
+    return (this.#last.words[(SCAN_SLOTS_AT + i * SCAN_SLOT_BYTES + 4) >> 2] as number) - this.#base + recordStart;
   }
 
   end(i: number, recordStart: number): number {
-    return (this.#last.words[(SLOTS_AT + i * SLOT_BYTES + 8) >> 2] as number) - this.#base + recordStart;
+    return (this.#last.words[(SCAN_SLOTS_AT + i * SCAN_SLOT_BYTES + 8) >> 2] as number) - this.#base + recordStart;
   }
 
   /** Whether key i's string value holds an escape. */
   escaped(i: number): boolean {
-    return this.#last.words[(SLOTS_AT + i * SLOT_BYTES + 12) >> 2] === 1;
+    return this.#last.words[(SCAN_SLOTS_AT + i * SCAN_SLOT_BYTES + 12) >> 2] === 1;
   }
 }

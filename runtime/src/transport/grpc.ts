@@ -18,8 +18,9 @@ import { readFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ResolvedConfig } from "../config/resolve.ts";
 import { ArchiverError, ConfigError } from "../errors.ts";
+import type { InboundRecord, RecordsBatch } from "../records.ts";
 import { pushService, PUSHBACK_TRAILER, type PushRequest, type PushResponse } from "./push-proto.ts";
-import type { InboundRecord, RecordsBatch, Transport, TransportSink } from "./types.ts";
+import type { Transport, TransportSink } from "./types.ts";
 
 /** Plaintext unless grpc.tls names a certificate; with ca_path a client must present a certificate it signed. */
 export function grpcCredentials(tls: ResolvedConfig["grpc"]["tls"]): ServerCredentials {

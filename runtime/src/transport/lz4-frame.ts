@@ -1,13 +1,14 @@
 // LZ4 frames, the format of Kafka's lz4 batches (magic, descriptor, blocks, end mark), decoded by the WebAssembly
-// block decoder of lz4.wat (assembled into lz4-module.ts by scripts/generate.ts), and read where it was decoded. On
+// block decoder of wasm/lz4.wat into a memory laid out as wasm/memory.ts maps it, and read where it was decoded. On
 // the bench's batches (1,448 records of 680 bytes, 64 KiB blocks) lz4-napi's decompressFrameSync ran at 0.4 GB/s,
 // its output built afresh and faulted in each batch; this runs at 2.1-2.8 GB/s. The batch's CRC-32C, checked before,
 // already covers every compressed byte, so the frame's optional checksums are skipped; every length and offset is
 // still bounds-checked, so a malformed frame throws and never reads or writes out of place.
 
 import { ArchiverError } from "../errors.ts";
-import { Wasm, WASM_PAGE, type WasmMemory } from "../wasm.ts";
-import { LZ4_MODULE } from "./lz4-module.ts";
+import { compiledOnce, Wasm, WASM_PAGE, type WasmMemory } from "../wasm/loader.ts";
+import { LZ4_MODULE } from "../wasm/lz4-module.ts";
+import { DECODED_AT, registerDecoderMemory } from "../wasm/memory.ts";
 
 const FRAME_MAGIC = 0x184d2204;
 /** Skippable frames: magic 0x184D2A50 to 0x184D2A5F, then a u32 length. */
@@ -19,24 +20,6 @@ const SLACK = 16;
 interface Lz4Exports {
   readonly memory: WasmMemory;
   block(ip: number, end: number, op: number, limit: number, lowest: number): number;
-}
-
-/**
- * Bytes at the start of a decoder's memory it never writes: the route scan's tables (route/scan-wasm.ts), which then
- * reads the records where they were decoded rather than a copy of each (a Buffer#copy a record, about 0.1 µs), and
- * from REPLY_TABLE_AT the table of copies that puts them into a route reply (route/reply-wasm.ts).
- */
-export const SHARED_HEAD = 3 * WASM_PAGE;
-/** Where the route reply's table of copies lies in a decoder's memory, and its bytes. */
-export const REPLY_TABLE_AT = 2 * WASM_PAGE;
-export const REPLY_TABLE_BYTES = WASM_PAGE;
-
-/** The decoders' memories by their current buffer, so a view of one leads to the memory it lies in. */
-const memories = new WeakMap<ArrayBuffer, WasmMemory>();
-
-/** The decoder memory `buffer` is the current buffer of, if it is one. */
-export function decoderMemory(buffer: ArrayBufferLike): WasmMemory | undefined {
-  return memories.get(buffer as ArrayBuffer);
 }
 
 function corrupt(message: string): ArchiverError {
@@ -141,11 +124,10 @@ export function lz4Bound(src: Uint8Array): number {
   return bound;
 }
 
-let compiled: object | undefined;
+const lz4Module = compiledOnce(LZ4_MODULE);
 
 function instantiate(): Lz4Exports {
-  compiled ??= new Wasm.Module(Buffer.from(LZ4_MODULE, "base64"));
-  return new Wasm.Instance(compiled).exports as Lz4Exports;
+  return new Wasm.Instance(lz4Module()).exports as Lz4Exports;
 }
 
 /**
@@ -162,9 +144,9 @@ export class Lz4Frames {
   #wasm: Lz4Exports;
   #memory: Uint8Array;
   /** Where the next output goes. */
-  #used = SHARED_HEAD;
+  #used = DECODED_AT;
   /** Where the room the run began with ends: a decode past it would need the memory grown, voiding views still read. */
-  #bound = SHARED_HEAD;
+  #bound = DECODED_AT;
 
   constructor() {
     this.#wasm = instantiate();
@@ -173,15 +155,15 @@ export class Lz4Frames {
 
   /** Starts a run of decodes that together take at most `bound` bytes (lz4Bound); voids every view handed out. */
   begin(bound: number): void {
-    const end = SHARED_HEAD + bound;
-    this.#used = SHARED_HEAD;
+    const end = DECODED_AT + bound;
+    this.#used = DECODED_AT;
     this.#bound = end;
     // A memory never shrinks: one grown past KEEP_BYTES by a large run is dropped at the next run that fits in less.
     if (this.#wasm.memory.buffer.byteLength > KEEP_BYTES && end <= KEEP_BYTES) this.#wasm = instantiate();
     const memory = this.#wasm.memory;
     if (memory.buffer.byteLength < end) memory.grow(Math.ceil((end - memory.buffer.byteLength) / WASM_PAGE));
     // Here, as the only views handed out are of a run's buffer.
-    memories.set(memory.buffer, memory);
+    registerDecoderMemory(memory);
     this.#memory = new Uint8Array(memory.buffer);
   }
 

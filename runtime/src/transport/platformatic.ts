@@ -25,13 +25,8 @@ import type { TopicChange } from "./discovery.ts";
 import { rawFetch, type RawFetchResponse } from "./raw-fetch.ts";
 import { wholeBatches } from "./record-batch.ts";
 import { TopicSubscription } from "./subscription.ts";
-import {
-  groupByTopic,
-  type EncodedBatch,
-  type KafkaTransportOptions,
-  type Transport,
-  type TransportSink,
-} from "./types.ts";
+import type { EncodedBatch } from "../records.ts";
+import { groupByTopic, type KafkaTransportOptions, type Transport, type TransportSink } from "./types.ts";
 
 type FetchRequestTopic = fetchV17.FetchRequestTopic;
 

@@ -3,7 +3,7 @@
 // speed); here the bytes go to a route lane whole and are decoded there (record-batch.ts). The request is the
 // library's; only the response parser differs, reading the same layout.
 import { ResponseError, createAPI, fetchV17, readKnownTaggedFields, type Reader } from "@platformatic/kafka";
-import type { AbortedTransaction } from "./record-batch.ts";
+import type { AbortedTransaction } from "../records.ts";
 
 export interface RawFetchPartition {
   readonly partitionIndex: number;

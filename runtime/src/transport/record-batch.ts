@@ -1,5 +1,5 @@
-// Kafka's record batch format (magic 2), read where it is routed: on a lane, synchronously, so the event loop never
-// decodes a record. Layout (big-endian): i64 base offset, i32 length (of what follows), i32 leader epoch, i8 magic,
+// Kafka's record batch format (magic 2), read where it is routed: on a route lane, synchronously, through
+// KAFKA_BATCHES (the EncodedFormat the lanes and the pipeline are given), so the event loop never decodes a record. Layout (big-endian): i64 base offset, i32 length (of what follows), i32 leader epoch, i8 magic,
 // u32 CRC-32C (of attributes to the end), i16 attributes, i32 last offset delta, i64 first and max timestamps,
 // i64 producer id, i16 producer epoch, i32 base sequence, i32 record count, then the records (compressed as a whole
 // per attributes bits 0-2). A record: varint length, i8 attributes, varlong timestamp delta, varint offset delta,
@@ -10,6 +10,7 @@ import type * as Crc32 from "@node-rs/crc32";
 import type * as Snappy from "snappy";
 import { ArchiverError } from "../errors.ts";
 import { lazyNative } from "../native.ts";
+import type { AbortedTransaction, EncodedFormat, RecordVisitor } from "../records.ts";
 import { lz4Bound, Lz4Frames } from "./lz4-frame.ts";
 
 // Hardware CRC-32C (SSE 4.2, ARMv8 CRC): 15 GB/s here, where @platformatic/wasm-utils' table-driven WebAssembly ran
@@ -34,12 +35,6 @@ export function xerialBlocks(buf: Buffer): Buffer[] | undefined {
     pos += len;
   }
   return blocks;
-}
-
-/** A transaction the broker reports aborted in the fetched range (read_committed): its records are skipped. */
-export interface AbortedTransaction {
-  readonly producerId: number;
-  readonly firstOffset: number;
 }
 
 const BATCH_HEAD = 61;
@@ -187,7 +182,7 @@ class Cursor {
 export function forEachRecord(
   bytes: Uint8Array,
   fromOffset: number,
-  visit: (records: Buffer, start: number, end: number, offset: number) => void,
+  visit: RecordVisitor,
   aborted: readonly AbortedTransaction[] = [],
   lz4: Lz4Frames = new Lz4Frames(),
 ): number {
@@ -269,3 +264,13 @@ function controlType(body: Uint8Array): number {
   if (keyLength < 4) throw malformed("control record without its type");
   return new DataView(body.buffer, body.byteOffset + c.p + 2, 2).getInt16(0);
 }
+
+/** This thread's decoder for KAFKA_BATCHES: a lane keeps one, its memory reused batch after batch. */
+let decoder: Lz4Frames | undefined;
+
+/** Kafka's record batches as an EncodedFormat: lz4 batches decoded in this thread's one decoder memory. */
+export const KAFKA_BATCHES: EncodedFormat = {
+  cut: splitBatches,
+  forEach: (bytes, fromOffset, visit, aborted) =>
+    forEachRecord(bytes, fromOffset, visit, aborted, (decoder ??= new Lz4Frames())),
+};

@@ -4,50 +4,8 @@ import type { ConnectionOptions } from "node:tls";
 import type { Logger } from "pino";
 import type { Gauge } from "prom-client";
 import type { CommitOffset, PartitionRef } from "../delivery/tracker.ts";
-import type { AbortedTransaction } from "./record-batch.ts";
+import type { InboundBatch } from "../records.ts";
 import type { TopicSource } from "./subscription.ts";
-
-export interface InboundRecord {
-  readonly value: Buffer | null;
-  /** The record's offset in its partition, as Kafka numbers it. */
-  readonly offset: string;
-}
-
-interface BatchOf {
-  /** Undefined for a push with no routing key: such a record gets no topic folder. */
-  readonly topic: string | undefined;
-  readonly partition: number;
-  /** The partition's high watermark when the batch was fetched: position lag = highWatermark - (last + 1). */
-  readonly highWatermark?: string;
-}
-
-/** Records one by one, as a client decoded them. */
-export interface RecordsBatch extends BatchOf {
-  readonly records: readonly InboundRecord[];
-  readonly encoded?: undefined;
-}
-
-/**
- * A partition's fetched record batches as the broker sent them (Kafka's v2 format), left encoded: they are
- * decompressed and decoded where they are routed, off the event loop.
- */
-export interface EncodedBatch extends BatchOf {
-  readonly records?: undefined;
-  readonly encoded: EncodedRecords;
-}
-
-export interface EncodedRecords {
-  /** Whole record batches end to end (a partial one the broker cut at the fetch size already left out). */
-  readonly bytes: Uint8Array;
-  /** Records below this offset were delivered already: a compressed batch arrives whole. */
-  readonly fromOffset: number;
-  /** The last offset the batches cover, control batches included. */
-  readonly lastOffset: number;
-  /** Transactions aborted in the range (read_committed): their records are not archived. */
-  readonly aborted: readonly AbortedTransaction[];
-}
-
-export type InboundBatch = RecordsBatch | EncodedBatch;
 
 export interface TransportSink {
   /** Awaited: the transport fetches no more for this partition until it resolves. */

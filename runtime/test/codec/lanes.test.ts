@@ -11,7 +11,7 @@ import { viewsOf } from "../../src/buffer/hot.ts";
 import { codecLanes, copyInto, ReplyLeases } from "../../src/codec/lanes.ts";
 import { encodeRouteBlock, readRouted, routeBlock, type Routed, type RouteSpec } from "../../src/route/block.ts";
 import { createFileStore } from "../../src/store/file.ts";
-import type { RecordsBatch } from "../../src/transport/types.ts";
+import type { RecordsBatch } from "../../src/records.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "lanes-test-"));
 after(() => rmSync(dir, { recursive: true, force: true }));

@@ -11,7 +11,13 @@ import {
   type RouteSpec,
 } from "../../src/route/block.ts";
 import { createRouter, type TOO_DEEP } from "../../src/route/router.ts";
-import type { RecordsBatch } from "../../src/transport/types.ts";
+import type { EncodedBatch, EncodedFormat, RecordsBatch } from "../../src/records.ts";
+
+/** For batches of records: routing them reads no encoded format. */
+const NO_FORMAT: EncodedFormat = {
+  cut: () => assert.fail("a batch of records was cut as encoded"),
+  forEach: () => assert.fail("a batch of records was read as encoded"),
+};
 
 const spec: RouteSpec = { mode: "expression", fields: ["_org_id", "event_type"], defaultSegment: "unknown", chunk: 4 };
 
@@ -126,7 +132,7 @@ test("topic mode and a push with no topic route by the default segment, nothing 
 
 test("routing on a lane gives what routing here gives", async () => {
   const here = readRouted(Buffer.from(routeBlock(encodeRouteBlock(spec, batch(values)))));
-  const there = await routeBatch(spec, batch(values));
+  const there = await routeBatch(spec, batch(values), NO_FORMAT);
   // Groups are compared by their own records: the replies' padding between them is never read.
   assert.deepEqual({ ...there, chunks: plain(there), memory: [] }, { ...here, chunks: plain(here), memory: [] });
   assert.deepEqual(
@@ -148,14 +154,14 @@ test("a lane writes later replies into memory given back, and they read as repli
   const many = (tag: string, n: number) =>
     Array.from({ length: n }, (_, i) => `{"_org_id":"o${i % 5}","event_type":"${tag}","pad":"${"x".repeat(i % 97)}"}`);
   const big = batch(many("first", 400));
-  const first = await routeBatch(spec, big);
+  const first = await routeBatch(spec, big, NO_FORMAT);
   assert.deepEqual(plain(first), plain(readRouted(routeBlock(encodeRouteBlock(spec, big)))));
   assert.equal(first.memory.length, 1, "a lane's reply is memory of its own");
   const size = first.memory[0]?.byteLength;
   codecLanes().recycle(first.memory);
   // Smaller, so the memory given back holds it; its records differ, so anything left of the first would show.
   const small = batch(many("second", 150));
-  const second = await routeBatch(spec, small);
+  const second = await routeBatch(spec, small, NO_FORMAT);
   assert.equal(second.memory[0]?.byteLength, size, "the reply was not written into the memory given back");
   assert.deepEqual(plain(second), plain(readRouted(routeBlock(encodeRouteBlock(spec, small)))));
 });
@@ -199,4 +205,52 @@ test("blocks routed one after another group by their own records, whatever the k
     const routed = readRouted(Buffer.from(routeBlock(encodeRouteBlock(three, batch(vals)))));
     assert.deepEqual(grouped(routed), expected(vals));
   }
+});
+
+test("an encoded batch's records are read by the format given, from its offset, aborted transactions passed on", () => {
+  // Not Kafka's: lines of "offset value", so the route stage is seen to read records through the format alone.
+  const seen: { fromOffset: number; aborted: unknown }[] = [];
+  const lines: EncodedFormat = {
+    cut: (bytes) => [bytes],
+    forEach(bytes, fromOffset, visit, aborted) {
+      seen.push({ fromOffset, aborted });
+      const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+      let visited = 0;
+      for (let at = 0; at < text.length;) {
+        const space = text.indexOf(0x20, at);
+        const end = text.indexOf(0x0a, space);
+        const offset = Number(text.toString("utf8", at, space));
+        if (offset >= fromOffset) {
+          visit(text, space + 1, end, offset);
+          visited++;
+        }
+        at = end + 1;
+      }
+      return visited;
+    },
+  };
+  const vals = [
+    '{"_org_id":"a","event_type":"x"}',
+    '{"_org_id":"b","event_type":"x"}',
+    '{"_org_id":"a","event_type":"y"}',
+  ];
+  const bytes = Buffer.from(vals.map((v, i) => `${40 + i} ${v}\n`).join(""));
+  const aborted = [{ producerId: 7, firstOffset: 12 }];
+  const encoded: EncodedBatch = {
+    topic: "events",
+    partition: 0,
+    encoded: { bytes, fromOffset: 41, lastOffset: 42, aborted },
+  };
+  const routed = readRouted(
+    Buffer.from(routeBlock(encodeRouteBlock({ ...spec, chunk: 10 }, encoded), undefined, lines)),
+  );
+  assert.deepEqual(seen, [{ fromOffset: 41, aborted }]);
+  assert.deepEqual(
+    routed.chunks[0]?.groups.map((g) => [g.key, viewsOf(g).data.toString(), [...viewsOf(g).offsets]]),
+    [
+      ["events/b/x", `${vals[1]}\n`, [41]],
+      ["events/a/y", `${vals[2]}\n`, [42]],
+    ],
+  );
+  assert.throws(() => routeBlock(encodeRouteBlock(spec, encoded)), /no EncodedFormat/);
 });

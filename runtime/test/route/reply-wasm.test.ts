@@ -3,9 +3,9 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { putterFor, ReplyPutter, sharedReplyMemory } from "../../src/route/reply-wasm.ts";
-import { decoderMemory } from "../../src/transport/lz4-frame.ts";
+import { decoderMemory } from "../../src/wasm/memory.ts";
 import { lz4Decoded } from "../../../e2e/support/batches.ts";
-import type { WasmMemory } from "../../src/wasm.ts";
+import type { WasmMemory } from "../../src/wasm/loader.ts";
 
 test("records are put where asked, each with its newline, end and offset, across many tables", () => {
   // More records than one table holds (2048 rows), of uneven lengths, put in reverse order.

@@ -15,7 +15,8 @@ import {
   type PushClient,
 } from "../../src/transport/push-client.ts";
 import type { PushRequestInput, PushResponse } from "../../src/transport/push-proto.ts";
-import type { InboundBatch, RecordsBatch, TransportSink } from "../../src/transport/types.ts";
+import type { InboundBatch, RecordsBatch } from "../../src/records.ts";
+import type { TransportSink } from "../../src/transport/types.ts";
 
 const log = pino({ level: "silent" });
 

@@ -10,7 +10,8 @@ import { kafka, kafkaTopic, need, uniqueName } from "../../../e2e/support/testbe
 import type { PartitionRef } from "../../src/delivery/tracker.ts";
 import { registerKafkaCodecs } from "../../src/transport/kafka-codecs.ts";
 import { PlatformaticKafkaTransport } from "../../src/transport/platformatic.ts";
-import type { InboundBatch, TransportSink } from "../../src/transport/types.ts";
+import type { InboundBatch } from "../../src/records.ts";
+import type { TransportSink } from "../../src/transport/types.ts";
 
 const { CompressionTypes } = kafkajs;
 const CODECS = [

@@ -15,7 +15,8 @@ import { createMetrics } from "../../src/observe/metrics.ts";
 import { discoveryRules } from "../../src/transport/discovery.ts";
 import { KafkaTransport } from "../../src/transport/kafka.ts";
 import { PlatformaticKafkaTransport } from "../../src/transport/platformatic.ts";
-import type { InboundBatch, KafkaTransportOptions, Transport, TransportSink } from "../../src/transport/types.ts";
+import type { InboundBatch } from "../../src/records.ts";
+import type { KafkaTransportOptions, Transport, TransportSink } from "../../src/transport/types.ts";
 import { isRetryable } from "../../src/errors.ts";
 
 const CLIENTS = {

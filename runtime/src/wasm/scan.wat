@@ -1,18 +1,10 @@
 ;; The validating scan of route/extract.ts, for records whose routed paths are all top-level plain keys: one pass over
 ;; a record that accepts exactly what JSON.parse accepts, and leaves at each routed key's slot the span and kind of the
 ;; key's last value. String bodies are scanned 16 bytes at a time (SIMD); the rest is the same state machine as
-;; extract.ts's parse. The caller (route/scan-wasm.ts) reads the slots. The memory is imported: a scanner's own, into
-;; which each record is copied, or an lz4 decoder's, whose output the scan reads where it was decoded (the decoder
-;; leaves the first 128 KiB to these tables).
-;;
-;; Memory layout (bytes):
-;;   0..255        HEX: a hex digit's value, 255 for any other byte
-;;   256..511      ESCAPE: 1 for the letters of one-letter escapes (" \ / b f n r t)
-;;   512..1023     keys: u32 count, then per key u32 length and 60 bytes (KEY_STRIDE 64 from 516)
-;;   1024..2047    slots, per key 16 bytes: u32 kind (0 absent, 1 scalar, 2 container), u32 start, u32 end, u32 escaped
-;;   2048..67583   the container stack, a byte per depth (1 object, 2 array)
-;;   67584..       the record (in a scanner's own memory), with 16 bytes of slack after it (the scan compares words
-;;                 there, never accepts them)
+;; extract.ts's parse. The caller (route/scan-wasm.ts) writes the tables and reads the slots. The memory is imported: a
+;; scanner's own, into which each record is copied, or an lz4 decoder's, whose output the scan reads where it was
+;; decoded. Both are laid out as runtime/src/wasm/memory.ts maps them: the constant offsets below are its SCAN_* ones
+;; (the container stack, a byte a depth, 1 object and 2 array, is at 2048).
 (module
   (import "env" "memory" (memory 2))
   ;; Escapes met so far: a scan compares it before and after a string, so plain strings store nothing.

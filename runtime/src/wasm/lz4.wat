@@ -1,6 +1,7 @@
 ;; LZ4 block decoding (the sequences inside an LZ4 frame's blocks) for transport/lz4-frame.ts, which parses the frame,
-;; places its compressed blocks in this memory past the room for their output, and hands out views of the output. On
-;; the bench's Kafka batches this ran at 2.1-2.8 GB/s where lz4-napi's decompressFrameSync ran at 0.4.
+;; places its compressed blocks in this memory past the room for their output, and hands out views of the output
+;; (the memory's regions: runtime/src/wasm/memory.ts). On the bench's Kafka batches this ran at 2.1-2.8 GB/s where
+;; lz4-napi's decompressFrameSync ran at 0.4.
 ;;
 ;; block(ip, end, op, limit, lowest): decodes memory[ip, end) to op onward; returns the new op, or -1 where the block
 ;; is malformed (a length running past the block or past limit, a match offset of 0 or reaching before lowest). The

@@ -4,8 +4,8 @@
 ;; table at a time: one call for thousands of records, where a Buffer#copy and two DataView writes a record cost the
 ;; lane three calls into the runtime each.
 ;;
-;; A row of the table (32 bytes, in the decoder's memory): i32 to, i32 from, i32 length, i32 endAt, i32 end,
-;; i32 offsetAt, f64 offset. `to`, `endAt` and `offsetAt` are places in the reply; `from` in the decoder's memory.
+;; A row of the table (32 bytes, in the decoder's reply table: runtime/src/wasm/memory.ts): i32 to, i32 from,
+;; i32 length, i32 endAt, i32 end, i32 offsetAt, f64 offset. `to`, `endAt` and `offsetAt` are places in the reply; `from` in the decoder's memory.
 (module
   (import "env" "records" (memory $records 1))
   (import "env" "reply" (memory $reply 1 65536 shared))
