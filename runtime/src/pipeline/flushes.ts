@@ -1,0 +1,189 @@
+// Flush scheduling: each flushed batch goes to its destination's writer as one frame, in flush order per
+// destination, with what is in flight bounded (past the bounds intake waits, so compress and write queues stay short)
+// and a local write that can clear retried while nothing more is received.
+import type { Logger } from "pino";
+import type { WriterPool } from "../archive/writers.ts";
+import { flushPieces, releaseFlush, type FlushBatch } from "../buffer/hot.ts";
+import type { Spill } from "../buffer/spill.ts";
+import type { Codec } from "../codec/index.ts";
+import type { Hold } from "../delivery/hold.ts";
+import { ArchiverError, isRetryable } from "../errors.ts";
+import type { Health } from "../observe/health.ts";
+import type { Metrics } from "../observe/metrics.ts";
+import type { SinkTally } from "../regulate/circuit.ts";
+import { backoffDelay, type Backoff } from "../store/backoff.ts";
+import { setTimeout as sleep } from "node:timers/promises";
+
+const MAX_FLUSHES_IN_FLIGHT = 256;
+const LOCAL_WRITE_BACKOFF: Backoff = { minMs: 100, maxMs: 5000 };
+const WRITE_RETRY_AFTER_DRAIN_MS = 10_000;
+
+export interface FlushesDeps {
+  readonly writers: Pick<WriterPool<Hold>, "append">;
+  readonly codec: Codec;
+  /** The hot buffers' spill: a batch's spilled records are read back from it ahead of its pieces. */
+  readonly spill: Spill | undefined;
+  /** Bytes of flushes in flight past which intake waits. */
+  readonly inflightCap: number;
+  readonly metrics: Metrics;
+  readonly log: Logger;
+  readonly health: Health | undefined;
+  /** A local destination's writes, which the sink circuit reads; undefined for a staged one (its uploads count). */
+  readonly localWrites: SinkTally | undefined;
+  /** The codec or the store refused the batch for good. */
+  refused(b: FlushBatch, err: unknown): void;
+  /** The batch's write failed in a way retrying did not clear. */
+  writeFailed(b: FlushBatch, err: unknown): void;
+}
+
+export class Flushes {
+  readonly #d: FlushesDeps;
+  /** Per destination, the promise of its last append: frames of one destination reach the writer in flush order. */
+  readonly #chains = new Map<string, Promise<void>>();
+  /** Flushes, and the dead-letter writes and read-backs the drain waits for too (track). */
+  readonly #inflight = new Set<Promise<void>>();
+  #inflightBytes = 0;
+  /** Local writes (appends, file completions) failing and being retried: while any is, nothing more is received. */
+  #stalled = 0;
+  readonly #waiters: (() => void)[] = [];
+  #drainStartedAt: number | undefined;
+
+  constructor(deps: FlushesDeps) {
+    this.#d = deps;
+  }
+
+  /** Bytes of the flushes in flight. */
+  get inflightBytes(): number {
+    return this.#inflightBytes;
+  }
+
+  flush(b: FlushBatch): void {
+    const m = this.#d.metrics;
+    const started = performance.now();
+    const bytes = b.bytes;
+    this.#inflightBytes += bytes;
+    m.flushOperations.inc();
+    if (b.trigger === "evict") m.hotBufferEvictions.inc();
+    m.batchSizeBytes.observe(bytes);
+    const prev = this.#chains.get(b.destination);
+    // Compressed on the lane that appends it (see codec/lanes.ts compressAppend), in the destination's order.
+    const next = (prev ?? Promise.resolve())
+      .then(() =>
+        this.#appendHeld(b).then(() => {
+          m.messagesWritten.inc(b.records);
+          m.bytesWritten.inc(bytes);
+          m.flushDuration.observe((performance.now() - started) / 1000);
+        }),
+      )
+      .catch((err: unknown) => (isRetryable(err) ? this.#d.writeFailed(b, err) : this.#d.refused(b, err)))
+      .finally(() => {
+        // The frame is on file (or its records dead-lettered from a copy, or Errored): nothing reads the pieces again.
+        releaseFlush(b, this.#d.spill);
+        this.#inflightBytes -= bytes;
+        this.#inflight.delete(next);
+        if (this.#chains.get(b.destination) === next) this.#chains.delete(b.destination);
+        this.#wake();
+      });
+    this.#chains.set(b.destination, next);
+    this.#inflight.add(next);
+  }
+
+  /** Keeps the drain waiting for `work` (a dead-letter write, a read-back) as for a flush. */
+  track(work: Promise<void>): void {
+    this.#inflight.add(work);
+    void work.finally(() => this.#inflight.delete(work));
+  }
+
+  /**
+   * Appends the batch as one frame; a local write that fails in a way that can clear (a full or failing disk, staging
+   * that cannot be created) is never dead-lettered: the writer has cut the file back to its last whole block, and the
+   * batch and its offsets stay held while the append is retried (see held).
+   */
+  async #appendHeld(b: FlushBatch): Promise<void> {
+    let raw: readonly Buffer[];
+    try {
+      raw = await flushPieces(b, this.#d.spill);
+    } catch (err) {
+      // Its records are in no file yet: held, so the restart reads them again.
+      throw new ArchiverError("spill_unreadable", `spilled records unreadable: ${String(err)}`, "retryable");
+    }
+    const block = { raw, codec: this.#d.codec };
+    return this.held(b.destination, "batch", () =>
+      this.#d.writers.append(b.destination, block, b.records, b.bytes, b.hold),
+    );
+  }
+
+  /**
+   * Runs a local write (an append, or a step of a file's completion: its manifest, its link to its archive name, a
+   * directory sync), holding it while it fails in a way that can clear: what it writes and its offsets stay held, and
+   * it is retried from 0.1 s to 5 s while nothing more is received and the sink shows degraded. Once shutdown begins
+   * it gets WRITE_RETRY_AFTER_DRAIN_MS more, then its failure is the caller's (its records are Errored and the restart
+   * reads them again).
+   */
+  async held<R>(destination: string, what: "batch" | "file", write: () => Promise<R>): Promise<R> {
+    const { health, log, localWrites } = this.#d;
+    for (let failures = 0; ;) {
+      try {
+        const result = await write();
+        localWrites?.ok();
+        if (failures > 0) {
+          log.info({ destination, failures }, `local write landed after retries (${what})`);
+          if (--this.#stalled === 0) health?.set("sink", "ok");
+          this.#wake();
+        }
+        return result;
+      } catch (err) {
+        const late =
+          this.#drainStartedAt !== undefined && Date.now() - this.#drainStartedAt > WRITE_RETRY_AFTER_DRAIN_MS;
+        if (!isRetryable(err) || late) {
+          if (failures > 0 && --this.#stalled === 0) health?.set("sink", "ok");
+          throw err;
+        }
+        localWrites?.fail();
+        if (failures++ === 0) {
+          this.#stalled++;
+          health?.set("sink", "degraded", `local write failing, ${what} held and retried: ${String(err)}`);
+          log.warn({ err, destination }, `local write failed: holding the ${what} and retrying`);
+        }
+        await sleep(backoffDelay(failures, LOCAL_WRITE_BACKOFF));
+      }
+    }
+  }
+
+  /** Flushes in flight past either bound hold intake back, so compress and write queues stay short. */
+  saturated(): boolean {
+    return (
+      this.#stalled > 0 || this.#inflightBytes > this.#d.inflightCap || this.#inflight.size > MAX_FLUSHES_IN_FLIGHT
+    );
+  }
+
+  /** Resolves at the next moment the flushes may be back under their bounds (ask saturated() again then). */
+  room(): Promise<void> {
+    return new Promise<void>((r) => this.#waiters.push(r));
+  }
+
+  /** Nothing in flight and no write retrying: what was shed has landed. */
+  get settled(): boolean {
+    return this.#inflight.size === 0 && this.#stalled === 0;
+  }
+
+  /** The drain began at `at` (Date.now()): a local write still failing WRITE_RETRY_AFTER_DRAIN_MS later gives up. */
+  drainStarted(at: number): void {
+    this.#drainStartedAt = at;
+  }
+
+  /** Lets every intake waiting for room go on, saturated or not: the drain no longer holds the source back. */
+  releaseWaiters(): void {
+    this.#wake();
+    for (const w of this.#waiters.splice(0)) w();
+  }
+
+  /** Resolves once every flush, and every piece of work tracked, has ended (the drain's). */
+  async landed(): Promise<void> {
+    while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
+  }
+
+  #wake(): void {
+    while (!this.saturated() && this.#waiters.length > 0) this.#waiters.shift()?.();
+  }
+}

@@ -1,0 +1,124 @@
+// Flush scheduling alone (pipeline/flushes.ts), over a writer pool whose appends the test resolves or fails.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
+import { pino } from "pino";
+import type { FlushBatch } from "../../src/buffer/hot.ts";
+import { createCodec } from "../../src/codec/index.ts";
+import { OffsetTracker } from "../../src/delivery/tracker.ts";
+import { ArchiverError } from "../../src/errors.ts";
+import { Health } from "../../src/observe/health.ts";
+import { createMetrics } from "../../src/observe/metrics.ts";
+import { Flushes } from "../../src/pipeline/flushes.ts";
+import { SinkTally } from "../../src/regulate/circuit.ts";
+
+const tracker = new OffsetTracker({ holdsCommit: true });
+
+function batch(destination: string, text: string): FlushBatch {
+  const piece = Buffer.from(`${text}\n`);
+  return {
+    destination,
+    pieces: [piece],
+    bytes: piece.length,
+    records: 1,
+    hold: tracker.open(),
+    trigger: "bytes",
+    blocks: [],
+    ends: Uint32Array.of(piece.length),
+    offsets: Float64Array.of(0),
+    runs: [0, 1, piece.length],
+    spilled: [],
+    spilledBytes: 0,
+  };
+}
+
+/** Flushes over appends that wait for the test: `pending` holds each append's text and how to end it. */
+function harness(inflightCap = 1 << 20) {
+  const pending: { text: string; land: () => void; fail: (err: Error) => void }[] = [];
+  const landed: string[] = [];
+  const outcomes: string[] = [];
+  const health = new Health();
+  const flushes = new Flushes({
+    writers: {
+      append: (destination, block) =>
+        new Promise<void>((resolve, reject) => {
+          const raw = Buffer.isBuffer(block) ? block : Buffer.concat(block.raw);
+          const text = `${destination}:${raw.toString().trim()}`;
+          pending.push({ text, land: () => (landed.push(text), resolve()), fail: reject });
+        }),
+    },
+    codec: createCodec("zstd"),
+    spill: undefined,
+    inflightCap,
+    metrics: createMetrics({ defaultMetrics: false }),
+    log: pino({ level: "silent" }),
+    health,
+    localWrites: new SinkTally(),
+    refused: (b) => void outcomes.push(`refused ${b.destination}`),
+    writeFailed: (b) => void outcomes.push(`writeFailed ${b.destination}`),
+  });
+  const take = (text: string) => {
+    const i = pending.findIndex((p) => p.text === text);
+    assert.ok(i >= 0, `no append of ${text} waits (waiting: ${pending.map((p) => p.text).join(", ")})`);
+    return pending.splice(i, 1)[0]!;
+  };
+  return { flushes, pending, landed, outcomes, health, take };
+}
+
+const turn = () => sleep(1);
+
+test("one destination's frames reach its writer in flush order; another destination's do not wait for them", async () => {
+  const h = harness();
+  h.flushes.flush(batch("a", "1"));
+  h.flushes.flush(batch("a", "2"));
+  h.flushes.flush(batch("b", "1"));
+  await turn();
+  assert.deepEqual(
+    h.pending.map((p) => p.text),
+    ["a:1", "b:1"],
+    "a's second frame went to the writer before its first landed",
+  );
+  h.take("b:1").land();
+  h.take("a:1").land();
+  await turn();
+  h.take("a:2").land();
+  await h.flushes.landed();
+  assert.deepEqual(h.landed, ["b:1", "a:1", "a:2"]);
+  assert.ok(h.flushes.settled);
+});
+
+test("past the bytes in flight, intake waits for room, and has it once a flush lands", async () => {
+  const h = harness(10);
+  h.flushes.flush(batch("a", "0123456789"));
+  assert.ok(h.flushes.saturated());
+  let roomy = false;
+  const room = h.flushes.room().then(() => (roomy = true));
+  await turn();
+  assert.equal(roomy, false);
+  h.take("a:0123456789").land();
+  await room;
+  assert.equal(h.flushes.saturated(), false);
+});
+
+test("a local write that can clear is retried, holding intake, until it lands; one that cannot is refused", async () => {
+  const h = harness();
+  h.flushes.flush(batch("a", "x"));
+  await turn();
+  h.take("a:x").fail(new ArchiverError("ENOSPC", "disk full", "retryable"));
+  await turn();
+  assert.ok(h.flushes.saturated(), "a write being retried did not hold intake");
+  assert.equal(h.health.snapshot().components.sink.state, "degraded");
+  // Retried after LOCAL_WRITE_BACKOFF's first delay (0.1 s, with jitter).
+  for (let i = 0; i < 100 && h.pending.length === 0; i++) await sleep(10);
+  h.take("a:x").land();
+  await h.flushes.landed();
+  assert.equal(h.flushes.saturated(), false);
+  assert.equal(h.health.snapshot().components.sink.state, "ok");
+  assert.deepEqual(h.outcomes, []);
+
+  h.flushes.flush(batch("b", "y"));
+  await turn();
+  h.take("b:y").fail(new ArchiverError("EACCES", "denied", "permanent"));
+  await h.flushes.landed();
+  assert.deepEqual(h.outcomes, ["refused b"]);
+});
