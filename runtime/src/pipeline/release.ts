@@ -25,7 +25,7 @@ export interface ReleaseDeps {
   readonly defaultSegment: string;
   readonly tracker: OffsetTracker;
   /** Undefined with the DLQ off: what it would take is dropped and counted. */
-  readonly dlq: KafkaDlq | undefined;
+  readonly dlq: Pick<KafkaDlq, "fits" | "ceiling" | "send"> | undefined;
   readonly staging: StagingStore | undefined;
   /** The hot buffers' spill: a refused batch's spilled records are read back from it. */
   readonly spill: Spill | undefined;
