@@ -143,6 +143,7 @@ export class Pipeline implements TransportSink {
       merge: (into, from) => tracker.merge(into, from),
       retry: (destination, attempt) => this.#flushes.held(destination, "file", attempt),
       onComplete: (f) => this.#release.completed(f),
+      onRolled: () => this.#flushes.wake(),
     });
     this.#flushes = new Flushes({
       writers: this.#writers,
@@ -155,6 +156,7 @@ export class Pipeline implements TransportSink {
       localWrites: staging ? undefined : localWrites,
       refused: (b, err) => this.#release.refused(b, err),
       writeFailed: (b, err) => this.#release.writeFailed(b, err),
+      unsaturated: () => this.#buffers.tick(() => !this.#flushes.saturated()),
     });
     this.#intake = new Intake({
       routeSpec,
@@ -259,7 +261,7 @@ export class Pipeline implements TransportSink {
   // ---- housekeeping ----
 
   #tick(): void {
-    this.#buffers.tick();
+    this.#buffers.tick(() => !this.#flushes.saturated());
     this.#writers.tick();
     this.#gauges();
     this.#commits.schedule();
@@ -306,7 +308,10 @@ export class Pipeline implements TransportSink {
       },
       releaseIntake: () => this.#flushes.releaseWaiters(),
       batchesEnded: () => this.#intake.idle(),
-      flushBuffers: () => this.#buffers.flushAll(),
+      // A buffer at a time as room frees: ten thousand flushes at once queued at the writers past what the heap held.
+      flushBuffers: async () => {
+        while (!this.#buffers.flushAll(() => this.#flushes.hasRoom())) await this.#flushes.room();
+      },
       flushesLanded: () => this.#flushes.landed(),
       closeFiles: () => this.#writers.closeAll(),
       stopTicking: () => clearInterval(this.#timer),

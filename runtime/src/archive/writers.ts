@@ -74,6 +74,8 @@ export interface WriterPoolOptions<T> {
   readonly retry?: <R>(destination: string, attempt: () => Promise<R>) => Promise<R>;
   /** Called exactly once per file that holds a frame. A throw here is a caller's bug and surfaces unhandled. */
   readonly onComplete: (file: CompletedFile<T>) => void;
+  /** A parked file's roll has finished (see WriterPool.completing). */
+  readonly onRolled?: () => void;
   /** Epoch milliseconds; default Date.now. */
   readonly now?: () => number;
 }
@@ -93,6 +95,12 @@ export interface WriterPool<T> {
   /** Shutdown: lets accepted appends land, then completes every file. Later appends are refused. */
   closeAll(): Promise<void>;
   stats(): { writers: number; closing: number; parked: number };
+  /**
+   * Parked files rolling: waiting behind their appends or for a sync slot, or syncing. Nothing else bounds them, so
+   * the caller holds intake back past a bound: a skewed workload's evictions queued 20,000 completions, each keeping
+   * its file, writer and tickets alive.
+   */
+  readonly completing: number;
 }
 
 interface OpenFile<T> {
@@ -142,6 +150,7 @@ class Pool<T> implements WriterPool<T> {
   /** Parked files syncing to complete, and the rolls waiting for a slot (see #rollParked). */
   #syncing = 0;
   readonly #syncWaiters: (() => void)[] = [];
+  #completing = 0;
   /** Background work closeAll waits for: retiring writers and completing files. */
   readonly #inflight = new Set<Promise<void>>();
   #writers = 0;
@@ -205,6 +214,10 @@ class Pool<T> implements WriterPool<T> {
 
   stats(): { writers: number; closing: number; parked: number } {
     return { writers: this.#open.size, closing: this.#closing, parked: this.#parked.size };
+  }
+
+  get completing(): number {
+    return this.#completing;
   }
 
   #enqueue(w: Writer<T>, op: () => Promise<void> | void): Promise<void> {
@@ -304,6 +317,7 @@ class Pool<T> implements WriterPool<T> {
    */
   #rollParked(w: Writer<T>, trigger: RollTrigger): void {
     this.#parked.delete(w.destination);
+    this.#completing++;
     // Behind the writer's queued appends: the file may not even be open yet.
     this.#track(
       this.#enqueue(w, async () => {
@@ -314,6 +328,9 @@ class Pool<T> implements WriterPool<T> {
         } finally {
           this.#syncDone();
         }
+      }).finally(() => {
+        this.#completing--;
+        this.#o.onRolled?.();
       }),
     );
   }

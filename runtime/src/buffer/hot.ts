@@ -218,6 +218,14 @@ export class HotBufferPool {
   readonly #buffers = new Map<string, HotBuffer>();
   /** Buffers holding pieces, for settle: visiting all of ten thousand buffers a turn to find them cost more. */
   #unsettled: HotBuffer[] = [];
+  /**
+   * Destinations in the order their buffers opened, with when, for the age flush: an entry whose buffer has flushed
+   * since is skipped. The recency order the map keeps is not age order. Names and times, not the buffers: a flushed
+   * buffer listed here would stay alive until its entry aged.
+   */
+  #ageNames: string[] = [];
+  #ageTimes: number[] = [];
+  #ageHead = 0;
   #bytes = 0;
   /** Bytes written to the spill and not yet on file: still in memory. */
   #spilling = 0;
@@ -285,6 +293,8 @@ export class HotBufferPool {
     if (b.hold === undefined) {
       b.hold = this.#opts.openHold();
       b.openedAt = this.#now();
+      this.#ageNames.push(b.destination);
+      this.#ageTimes.push(b.openedAt);
     }
     const dataAt = records.dataAt + base;
     const memory = records.data.buffer;
@@ -487,15 +497,37 @@ export class HotBufferPool {
     return true;
   }
 
-  /** Flushes every buffer older than flush_age (call about once a second). */
-  tick(): void {
+  /**
+   * Flushes buffers older than flush_age, oldest first, while `room` says more flushes may go in flight (call about
+   * once a second, and as flushes land). All at once, a skewed workload's 30,000 tail buffers reaching their age
+   * together put 9,000 flushes in flight, queued at the writers, and ran the heap out.
+   */
+  tick(room: () => boolean = () => true): void {
     const cutoff = this.#now() - this.#opts.flushAgeMs;
-    for (const b of [...this.#buffers.values()]) if (b.openedAt <= cutoff) this.#flush(b, "age");
+    const names = this.#ageNames;
+    const times = this.#ageTimes;
+    for (; this.#ageHead < names.length; this.#ageHead++) {
+      const openedAt = times[this.#ageHead] ?? 0;
+      if (openedAt > cutoff) break;
+      const b = this.#buffers.get(names[this.#ageHead] ?? "");
+      if (b === undefined || b.openedAt !== openedAt || b.hold === undefined) continue;
+      if (!room()) break;
+      this.#flush(b, "age");
+    }
+    if (this.#ageHead > 1024 && this.#ageHead * 2 > names.length) {
+      this.#ageNames = names.slice(this.#ageHead);
+      this.#ageTimes = times.slice(this.#ageHead);
+      this.#ageHead = 0;
+    }
   }
 
-  /** Flushes everything (shutdown, reload). */
-  flushAll(): void {
-    for (const b of [...this.#buffers.values()]) this.#flush(b, "drain");
+  /** Flushes every buffer (shutdown, reload) while `room` says more may go in flight; true once none is left. */
+  flushAll(room: () => boolean = () => true): boolean {
+    for (const b of this.#buffers.values()) {
+      if (!room()) return false;
+      this.#flush(b, "drain");
+    }
+    return true;
   }
 
   /** Discards, before any write, the buffered records of revoked partition slots; returns how many. */

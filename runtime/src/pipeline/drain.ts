@@ -14,7 +14,8 @@ export interface DrainSteps {
   releaseIntake(): void;
   /** Resolves once no batch is being routed or buffered. */
   batchesEnded(): Promise<void>;
-  flushBuffers(): void;
+  /** Flushes every buffer, as room in flight allows: resolves once none is left. */
+  flushBuffers(): Promise<void>;
   /** Resolves once every flush, dead-letter write and read-back has ended. */
   flushesLanded(): Promise<void>;
   /** Completes every open file: resolves once each is complete or given up. */
@@ -46,7 +47,7 @@ export async function drain(steps: DrainSteps): Promise<PipelineExit> {
   uploads?.hurry();
   steps.releaseIntake();
   await steps.batchesEnded();
-  steps.flushBuffers();
+  await steps.flushBuffers();
   await steps.flushesLanded();
   const closing = steps.closeFiles();
   if (uploads !== undefined) {

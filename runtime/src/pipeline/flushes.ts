@@ -15,11 +15,13 @@ import { backoffDelay, type Backoff } from "../store/backoff.ts";
 import { setTimeout as sleep } from "node:timers/promises";
 
 const MAX_FLUSHES_IN_FLIGHT = 256;
+/** Parked files rolling past which intake waits (see WriterPool.completing). */
+const MAX_COMPLETING = 256;
 const LOCAL_WRITE_BACKOFF: Backoff = { minMs: 100, maxMs: 5000 };
 const WRITE_RETRY_AFTER_DRAIN_MS = 10_000;
 
 export interface FlushesDeps {
-  readonly writers: Pick<WriterPool<Hold>, "append">;
+  readonly writers: Pick<WriterPool<Hold>, "append" | "completing">;
   readonly codec: Codec;
   /** The hot buffers' spill: a batch's spilled records are read back from it ahead of its pieces. */
   readonly spill: Spill | undefined;
@@ -34,6 +36,8 @@ export interface FlushesDeps {
   refused(b: FlushBatch, err: unknown): void;
   /** The batch's write failed in a way retrying did not clear. */
   writeFailed(b: FlushBatch, err: unknown): void;
+  /** Flushes are under their bounds again: buffers past their age may flush now (see wake). */
+  unsaturated(): void;
 }
 
 export class Flushes {
@@ -82,7 +86,7 @@ export class Flushes {
         this.#inflightBytes -= bytes;
         this.#inflight.delete(next);
         if (this.#chains.get(b.destination) === next) this.#chains.delete(b.destination);
-        this.#wake();
+        this.wake();
       });
     this.#chains.set(b.destination, next);
     this.#inflight.add(next);
@@ -129,7 +133,7 @@ export class Flushes {
         if (failures > 0) {
           log.info({ destination, failures }, `local write landed after retries (${what})`);
           if (--this.#stalled === 0) health?.set("sink", "ok");
-          this.#wake();
+          this.wake();
         }
         return result;
       } catch (err) {
@@ -150,10 +154,17 @@ export class Flushes {
     }
   }
 
-  /** Flushes in flight past either bound hold intake back, so compress and write queues stay short. */
+  /** A local write retrying, or no room (see hasRoom): intake waits, so compress and write queues stay short. */
   saturated(): boolean {
+    return this.#stalled > 0 || !this.hasRoom();
+  }
+
+  /** Flushes in flight, and parked files rolling, are within their bounds: another flush may start. */
+  hasRoom(): boolean {
     return (
-      this.#stalled > 0 || this.#inflightBytes > this.#d.inflightCap || this.#inflight.size > MAX_FLUSHES_IN_FLIGHT
+      this.#inflightBytes <= this.#d.inflightCap &&
+      this.#inflight.size <= MAX_FLUSHES_IN_FLIGHT &&
+      this.#d.writers.completing <= MAX_COMPLETING
     );
   }
 
@@ -174,7 +185,7 @@ export class Flushes {
 
   /** Lets every intake waiting for room go on, saturated or not: the drain no longer holds the source back. */
   releaseWaiters(): void {
-    this.#wake();
+    this.wake();
     for (const w of this.#waiters.splice(0)) w();
   }
 
@@ -183,7 +194,9 @@ export class Flushes {
     while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
   }
 
-  #wake(): void {
+  /** Something landed (a flush, a parked file's roll): what waits for room goes on as far as the bounds allow. */
+  wake(): void {
     while (!this.saturated() && this.#waiters.length > 0) this.#waiters.shift()?.();
+    if (!this.saturated()) this.#d.unsaturated();
   }
 }

@@ -684,3 +684,25 @@ test("parked writers past PARKED_PER_WRITER per place: the least recently used p
   assert.equal(completed.length, P + 3);
   assert.deepEqual(completed.find((c) => c.destination === "d1")?.tickets, [1, 100]);
 });
+
+test("parked files rolling count in completing until their roll is done, and each done roll is told", async () => {
+  const store = new MemStore();
+  let release: () => void = () => undefined;
+  const held = new Promise<void>((r) => (release = r));
+  let rolled = 0;
+  const { pool, advance } = setup({ maxWriters: 1, rollIntervalSecs: 60, onRolled: () => rolled++ }, store);
+  await pool.append("d1", frame("1"), 1, 1, 0);
+  await pool.append("d2", frame("2"), 1, 1, 1); // parks d1
+  await turns();
+  store.hooks.complete = () => held;
+  advance(61_000);
+  pool.tick(); // d1's parked file rolls (d2's open one too, which is not counted)
+  await turns();
+  assert.equal(pool.completing, 1);
+  assert.equal(rolled, 0);
+  release();
+  await turns();
+  assert.equal(pool.completing, 0);
+  assert.equal(rolled, 1);
+  await pool.closeAll();
+});

@@ -332,3 +332,42 @@ test("spill files are unlinked once open, and reads wait within the read cap", a
   spill.release(s);
   await spill.close();
 });
+
+test("aged buffers flush oldest first while there is room, and the rest wait for the next tick", () => {
+  const { p, flushed, advance } = pool({});
+  p.add("old", 0, rec(0, "a"));
+  advance(10);
+  p.add("mid", 0, rec(1, "b"));
+  advance(10);
+  p.add("young", 0, rec(2, "c"));
+  p.add("old", 0, rec(3, "d")); // recency: mid, young, old; age: old, mid, young
+  advance(60_000);
+  let room = 2;
+  p.tick(() => room-- > 0);
+  assert.deepEqual(
+    flushed.map((f) => [f.destination, f.trigger]),
+    [
+      ["old", "age"],
+      ["mid", "age"],
+    ],
+  );
+  p.tick(() => true);
+  assert.deepEqual(
+    flushed.map((f) => f.destination),
+    ["old", "mid", "young"],
+  );
+  assert.equal(p.stats().buffers, 0);
+});
+
+test("flushAll stops when there is no room and says whether any buffer is left", () => {
+  const { p, flushed } = pool({});
+  for (const d of ["a", "b", "c"]) p.add(d, 0, rec(0, d));
+  let room = 2;
+  assert.equal(
+    p.flushAll(() => room-- > 0),
+    false,
+  );
+  assert.equal(flushed.length, 2);
+  assert.equal(p.flushAll(), true);
+  assert.equal(flushed.length, 3);
+});

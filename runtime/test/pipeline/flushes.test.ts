@@ -9,7 +9,7 @@ import { OffsetTracker } from "../../src/delivery/tracker.ts";
 import { ArchiverError } from "../../src/errors.ts";
 import { Health } from "../../src/observe/health.ts";
 import { createMetrics } from "../../src/observe/metrics.ts";
-import { Flushes } from "../../src/pipeline/flushes.ts";
+import { Flushes, type FlushesDeps } from "../../src/pipeline/flushes.ts";
 import { SinkTally } from "../../src/regulate/circuit.ts";
 
 const tracker = new OffsetTracker({ holdsCommit: true });
@@ -38,15 +38,18 @@ function harness(inflightCap = 1 << 20) {
   const landed: string[] = [];
   const outcomes: string[] = [];
   const health = new Health();
+  let unsaturated = 0;
+  const writers: { completing: number; append: FlushesDeps["writers"]["append"] } = {
+    completing: 0,
+    append: (destination, block) =>
+      new Promise<void>((resolve, reject) => {
+        const raw = Buffer.isBuffer(block) ? block : Buffer.concat(block.raw);
+        const text = `${destination}:${raw.toString().trim()}`;
+        pending.push({ text, land: () => (landed.push(text), resolve()), fail: reject });
+      }),
+  };
   const flushes = new Flushes({
-    writers: {
-      append: (destination, block) =>
-        new Promise<void>((resolve, reject) => {
-          const raw = Buffer.isBuffer(block) ? block : Buffer.concat(block.raw);
-          const text = `${destination}:${raw.toString().trim()}`;
-          pending.push({ text, land: () => (landed.push(text), resolve()), fail: reject });
-        }),
-    },
+    writers,
     codec: createCodec("zstd"),
     spill: undefined,
     inflightCap,
@@ -56,13 +59,14 @@ function harness(inflightCap = 1 << 20) {
     localWrites: new SinkTally(),
     refused: (b) => void outcomes.push(`refused ${b.destination}`),
     writeFailed: (b) => void outcomes.push(`writeFailed ${b.destination}`),
+    unsaturated: () => void unsaturated++,
   });
   const take = (text: string) => {
     const i = pending.findIndex((p) => p.text === text);
     assert.ok(i >= 0, `no append of ${text} waits (waiting: ${pending.map((p) => p.text).join(", ")})`);
     return pending.splice(i, 1)[0]!;
   };
-  return { flushes, pending, landed, outcomes, health, take };
+  return { flushes, writers, pending, landed, outcomes, health, take, unsaturated: () => unsaturated };
 }
 
 const turn = () => sleep(1);
@@ -98,6 +102,23 @@ test("past the bytes in flight, intake waits for room, and has it once a flush l
   h.take("a:0123456789").land();
   await room;
   assert.equal(h.flushes.saturated(), false);
+});
+
+test("past 256 parked files rolling, intake waits; a roll done wakes it, and buffers may flush at their age", async () => {
+  const h = harness();
+  h.writers.completing = 257;
+  assert.ok(h.flushes.saturated());
+  assert.equal(h.flushes.hasRoom(), false);
+  let roomy = false;
+  const room = h.flushes.room().then(() => (roomy = true));
+  h.flushes.wake();
+  await turn();
+  assert.equal(roomy, false, "still past the bound");
+  assert.equal(h.unsaturated(), 0);
+  h.writers.completing = 256;
+  h.flushes.wake(); // a roll done (WriterPoolOptions.onRolled)
+  await room;
+  assert.equal(h.unsaturated(), 1, "aged buffers are told they may flush");
 });
 
 test("a local write that can clear is retried, holding intake, until it lands; one that cannot is refused", async () => {
