@@ -38,8 +38,11 @@ export interface Segment {
   readonly runs: number;
   /** While the write is on its way: settles once the segment is on file; then dropped, as each costs heap. */
   writing: Promise<void> | undefined;
-  /** Why the write failed, if it did: a flush reading the segment fails with it (retryable). */
-  failed?: unknown;
+  /**
+   * What the segment holds (records, then index), copied when its write failed (a full spool): read from memory
+   * from then on, so a failed spill loses nothing and needs no restart.
+   */
+  kept?: Buffer;
 }
 
 /** A spilled segment read back whole. */
@@ -130,11 +133,12 @@ export class Spill {
       }
     });
     const segment: Segment = { file, at, bytes, records, runs: runs.length, writing };
+    // Settled before the caller's own handlers run (registered first), so the copy is made before it frees pieces.
     writing.then(
       () => (segment.writing = undefined),
-      (err: unknown) => {
+      () => {
+        segment.kept = Buffer.concat([...pieces, ...index], length);
         segment.writing = undefined;
-        segment.failed = err;
         this.#failed = true;
       },
     );
@@ -149,7 +153,10 @@ export class Spill {
         const to = at;
         at += s.bytes;
         await s.writing;
-        if (s.failed !== undefined) throw s.failed;
+        if (s.kept !== undefined) {
+          s.kept.copy(into, to, 0, s.bytes);
+          return;
+        }
         const h = await s.file.handle;
         for (let done = 0; done < s.bytes;) {
           const { bytesRead } = await h.read(into, to + done, s.bytes - done, s.at + done);
@@ -166,11 +173,11 @@ export class Spill {
    */
   readNow(s: Segment): SpilledRecords {
     const opened = s.file.opened;
-    if (!written(s) || opened === undefined) throw new Error(`spill ${s.file.path} read before it was written`);
-    const whole = Buffer.alloc(s.bytes + s.records * 12 + s.runs * 4);
-    const handle = opened.fd;
-    for (let done = 0; done < whole.length;) {
-      const n = readSync(handle, whole, done, whole.length - done, s.at + done);
+    if (!written(s)) throw new Error(`spill ${s.file.path} read before it was written`);
+    const whole = s.kept ?? Buffer.alloc(s.bytes + s.records * 12 + s.runs * 4);
+    for (let done = s.kept === undefined ? 0 : whole.length; done < whole.length;) {
+      if (opened === undefined) throw new Error(`spill ${s.file.path} read before it was opened`);
+      const n = readSync(opened.fd, whole, done, whole.length - done, s.at + done);
       if (n === 0) throw new Error(`spill ${s.file.path} ended at ${s.at + done}`);
       done += n;
     }
@@ -232,9 +239,9 @@ export class Spill {
   }
 }
 
-/** Whether the segment is on file, so readNow can read it. */
+/** Whether the segment's write has settled (on file, or kept in memory), so readNow can read it. */
 export function written(s: Segment): boolean {
-  return s.writing === undefined && s.failed === undefined;
+  return s.writing === undefined;
 }
 
 /** `pieces` from byte `skip` of their concatenation on. */

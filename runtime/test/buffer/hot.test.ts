@@ -333,6 +333,29 @@ test("spill files are unlinked once open, and reads wait within the read cap", a
   await spill.close();
 });
 
+test("a spill whose write fails keeps its records in memory: the flush reads them, nothing is lost", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "dfe-spill-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const spill = new Spill(join(dir, "gone"), 1 << 20, 1 << 20);
+  // The spill's directory goes before its first file opens (a spool full or unmounted: the open fails).
+  rmSync(join(dir, "gone"), { recursive: true });
+  const { p, flushed } = pool({ capBytes: 200, spill });
+  p.add("a", 0, rec(0, "a".repeat(40)));
+  p.add("b", 0, rec(1, "b".repeat(30)));
+  p.add("a", 0, rec(2, "A".repeat(40)));
+  await until(() => p.stats().bytes <= 100);
+  assert.equal(spill.room(1), false, "after a failed write nothing more is spilled");
+  p.add("a", 0, rec(3, "tail"));
+  p.flushAll();
+  const a = flushed.find((b) => b.destination === "a") as FlushBatch;
+  const pieces = await flushPieces(a, spill);
+  assert.deepEqual(Buffer.concat(pieces).toString().split("\n").slice(0, -1), ["a".repeat(40), "A".repeat(40), "tail"]);
+  const whole = wholeBatch(a, spill);
+  assert.deepEqual([...whole.offsets], [0, 2, 3]);
+  for (const b of flushed) releaseFlush(b, spill);
+  assert.equal(spill.bytes, 0);
+});
+
 test("aged buffers flush oldest first while there is room, and the rest wait for the next tick", () => {
   const { p, flushed, advance } = pool({});
   p.add("old", 0, rec(0, "a"));
