@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   createTopic,
+  deleteTopics,
   median,
   produceFile,
   runArchiver,
@@ -151,6 +152,7 @@ async function main(): Promise<void> {
   console.log(
     `standard files: ${stats.map((s) => `${s.row.what}: ${s.lines} records read back by zstd -dc from a sample of its ${s.files} files`).join("; ")}`,
   );
+  await deleteTopics();
   rmSync(work, { recursive: true, force: true });
 }
 

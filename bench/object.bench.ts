@@ -11,7 +11,16 @@ import { join } from "node:path";
 import { CreateBucketCommand, DeleteBucketCommand } from "@aws-sdk/client-s3";
 import { emptyBucket, minioArchive, s3Client, uniqueName } from "../e2e/support/testbed.ts";
 import { PARTS_IN_FLIGHT } from "../runtime/src/store/object/staged.ts";
-import { createTopic, MB, PARTITIONS, produceFile, runArchiver, writeData, type RunResult } from "./support.ts";
+import {
+  createTopic,
+  deleteTopics,
+  MB,
+  PARTITIONS,
+  produceFile,
+  runArchiver,
+  writeData,
+  type RunResult,
+} from "./support.ts";
 
 const N = Number(process.argv[2] ?? 2_000_000);
 const ROLL_SECS = Number(process.argv[3] ?? 10);
@@ -81,6 +90,7 @@ async function main(): Promise<void> {
       `the design's bound for part buffers is ${WRITER_PARALLELISM} uploads x ${PARTS_IN_FLIGHT} parts x ` +
       `${CHUNK / MiB} MiB = ${bound / MiB} MiB`,
   );
+  await deleteTopics();
   rmSync(work, { recursive: true, force: true });
 }
 

@@ -7,7 +7,17 @@ import { rmSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { need } from "../e2e/support/testbed.ts";
-import { createTopic, MB, median, PARTITIONS, produceFile, runArchiver, writeData, type RunResult } from "./support.ts";
+import {
+  createTopic,
+  deleteTopics,
+  MB,
+  median,
+  PARTITIONS,
+  produceFile,
+  runArchiver,
+  writeData,
+  type RunResult,
+} from "./support.ts";
 
 const N = Number(process.argv[2] ?? 2_000_000);
 const brokers = need("TESTBED_KAFKA_BROKERS");
@@ -90,6 +100,7 @@ async function main(): Promise<void> {
     `rounds (kcat s, zstd s, runtime s): ${rounds.map((r) => `${r.kcat.toFixed(2)}, ${r.zstd.toFixed(2)}, ${r.run.seconds.toFixed(2)}`).join("; ")}`,
   );
 
+  await deleteTopics();
   rmSync(work, { recursive: true, force: true });
 }
 
