@@ -415,7 +415,9 @@ export class HotBufferPool {
       if (this.#bytes - spilling <= target) break;
       if (b.length === 0) continue;
       // Spilled when the spill has room and the buffer is still far from a frame's worth; else a frame now.
-      if (spill !== undefined && b.spilledBytes + b.length < this.#opts.flushBytes && spill.room(b.length)) {
+      // The spill's room counts what this pass already chose for it: those writes start once the pass is done.
+      const room = spill?.room(spilling + b.length, relieved.length + 1) ?? false;
+      if (room && b.spilledBytes + b.length < this.#opts.flushBytes) {
         relieved.push(b);
         spilling += b.length;
       } else this.#flush(b, "cap");

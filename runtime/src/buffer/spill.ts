@@ -13,6 +13,11 @@ import { join } from "node:path";
 
 /** A spill file past this size is closed for writing, and removed once nothing in it is read again. */
 const FILE_BYTES = 256 << 20;
+/**
+ * Spill writes on their way at most; past it a relieved buffer flushes a frame instead. Unbounded, 100,000
+ * destinations put 28,000 writes in the file pool's queue at once, each holding its records, and ran the heap out.
+ */
+const MAX_WRITING = 256;
 
 interface SpillFile {
   readonly path: string;
@@ -61,6 +66,8 @@ export class Spill {
   #seq = 0;
   /** Bytes of live segments, data and index. */
   #bytes = 0;
+  /** Writes started and not yet settled. */
+  #writing = 0;
   /** Bytes read back and not yet given back (see take), and the reads waiting for room. */
   #reading = 0;
   readonly #readCap: number;
@@ -82,9 +89,12 @@ export class Spill {
     return this.#bytes;
   }
 
-  /** Whether `bytes` more fit the budget (none once a write failed: the buffers flush frames instead). */
-  room(bytes: number): boolean {
-    return !this.#failed && this.#bytes + bytes <= this.#budget;
+  /**
+   * Whether `writes` more writes of `bytes` together may start now: within the budget and MAX_WRITING (none once a
+   * write failed: the buffers flush frames instead).
+   */
+  room(bytes: number, writes = 1): boolean {
+    return !this.#failed && this.#writing + writes <= MAX_WRITING && this.#bytes + bytes <= this.#budget;
   }
 
   /** Starts writing `pieces` (`bytes` together) and the records' ends, offsets and runs; returns where they will lie. */
@@ -133,12 +143,17 @@ export class Spill {
       }
     });
     const segment: Segment = { file, at, bytes, records, runs: runs.length, writing };
+    this.#writing++;
     // Settled before the caller's own handlers run (registered first), so the copy is made before it frees pieces.
     writing.then(
-      () => (segment.writing = undefined),
+      () => {
+        segment.writing = undefined;
+        this.#writing--;
+      },
       () => {
         segment.kept = Buffer.concat([...pieces, ...index], length);
         segment.writing = undefined;
+        this.#writing--;
         this.#failed = true;
       },
     );

@@ -333,6 +333,18 @@ test("spill files are unlinked once open, and reads wait within the read cap", a
   await spill.close();
 });
 
+test("the spill takes at most 256 writes on their way: past them a relieved buffer flushes a frame", async (t) => {
+  const spill = spillFor(t);
+  assert.equal(spill.room(1, 256), true);
+  assert.equal(spill.room(1, 257), false);
+  const one = spill.write([Buffer.from("a\n")], 2, new Uint32Array([2]), new Float64Array([0]), [0, 1, 2]);
+  assert.equal(spill.room(1, 256), false, "one write on its way leaves room for 255");
+  await one.writing;
+  assert.equal(spill.room(1, 256), true);
+  spill.release(one);
+  await spill.close();
+});
+
 test("a spill whose write fails keeps its records in memory: the flush reads them, nothing is lost", async (t) => {
   const dir = mkdtempSync(join(tmpdir(), "dfe-spill-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
