@@ -87,16 +87,20 @@ export interface StagingStore extends ArchiveStore {
    */
   drainUploads(graceMs: number): Promise<void>;
   /**
-   * The drain has begun: uploads backing off try again at once (then back off afresh), since the store may be back
-   * while a long backoff after an outage still runs, and the drain's grace is all the time they have left.
+   * A drain or a hand-over has begun, and its grace is all the time uploads have left: uploads backing off try again
+   * at once, and until the returned release is called (a drain never calls it) they back off HURRIED_BACKOFF at most.
+   * The store may be back while a long backoff after an outage still runs: woken once, uploads that failed again
+   * backed off up to 16 s afresh and slept past a drain's 20 s grace with the store up for the last 12 s of it.
    */
-  hurry(): void;
+  hurry(): () => void;
   /** Stops at once, as `drainUploads(0)`; later opens are refused. */
   close(): Promise<void>;
 }
 
 /** The grace shutdown gives pending uploads before a file still uploading keeps its staged copy and offsets. */
 export const UPLOAD_DRAIN_MS = 20_000;
+/** The backoff between upload attempts while hurried (see StagingStore.hurry). */
+export const HURRIED_BACKOFF: Backoff = { minMs: 250, maxMs: 1000 };
 
 const UNREADABLE_ERRNO = new Set(["ENOENT", "ENOTDIR", "EACCES", "EPERM"]);
 
@@ -229,6 +233,8 @@ class Staging implements StagingStore {
   readonly #stop = new AbortController();
   /** Aborted (and replaced) by hurry(): uploads backing off try again at once. */
   #hurry = new AbortController();
+  /** Hurries not yet released: while any is, uploads back off HURRIED_BACKOFF at most. */
+  #hurried = 0;
   readonly #slots: Slots;
   readonly #jobs = new Set<Job>();
   readonly attempts = new SinkTally();
@@ -303,9 +309,15 @@ class Staging implements StagingStore {
     this.staged(-m.size);
   }
 
-  hurry(): void {
+  hurry(): () => void {
+    this.#hurried++;
     this.#hurry.abort();
     this.#hurry = new AbortController();
+    let held = true;
+    return () => {
+      if (held) this.#hurried--;
+      held = false;
+    };
   }
 
   async drainUploads(graceMs: number): Promise<void> {
@@ -385,7 +397,8 @@ class Staging implements StagingStore {
         this.#retrying(job, failure, failures);
         // Cut short by hurry(): a file still staged at the drain's end keeps its offsets, and its records are read again.
         const hurry = this.#hurry.signal;
-        await this.#sleep(backoffDelay(failures, this.#retry, this.#random), AbortSignal.any([signal, hurry])).catch(
+        const backoff = this.#hurried > 0 ? HURRIED_BACKOFF : this.#retry;
+        await this.#sleep(backoffDelay(failures, backoff, this.#random), AbortSignal.any([signal, hurry])).catch(
           (err: unknown) => {
             if (signal.aborted || !hurry.aborted) throw err;
           },

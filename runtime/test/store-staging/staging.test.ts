@@ -6,7 +6,7 @@ import { ArchiverError } from "../../src/errors.ts";
 import { backoffDelay, UPLOAD_BACKOFF } from "../../src/store/backoff.ts";
 import { fsError } from "../../src/store/fs.ts";
 import { STAGED_UNREADABLE, type ObjectBackend } from "../../src/store/object/types.ts";
-import { createStagingStore, type StagingStoreOptions } from "../../src/store/staging.ts";
+import { createStagingStore, HURRIED_BACKOFF, type StagingStoreOptions } from "../../src/store/staging.ts";
 import type { FileMeta } from "../../src/store/types.ts";
 import { fillUntil, tmpfsDir } from "../../../e2e/support/archiver.ts";
 import {
@@ -320,6 +320,30 @@ test("hurry wakes an upload from its backoff: a store back by then takes the fil
   await done;
   assert.equal((s.backend as FakeBackend).calls.length, 2, "tried again at once");
   assert.equal(await exists(join(s.uploads, REL)), false);
+});
+
+test("while hurried, uploads back off a second at most; released, they back off as before", async () => {
+  const hurried: { release?: () => void } = {};
+  const delays: number[] = [];
+  const s = await setup((o) => new FakeBackend(o, failing(8)), {
+    random: () => 0.999,
+    sleep: async (ms) => {
+      if (delays.push(ms) === 5) hurried.release?.();
+    },
+  });
+  hurried.release = s.store.hurry();
+  await (await stage(s.store)).complete(META);
+  // Woken once and left to its backoff, an upload that failed again slept up to 16 s and more, past the drain's
+  // grace with the store back (e2e/chaos: 243 files still staged at a drain's end, 12 s after the store came back).
+  const [short, after] = [delays.slice(0, 5), delays.slice(5)];
+  assert.ok(
+    short.every((ms) => ms >= HURRIED_BACKOFF.minMs && ms <= HURRIED_BACKOFF.maxMs),
+    String(short),
+  );
+  assert.deepEqual(
+    after.map((ms) => Math.round(ms)),
+    [6, 7, 8].map((failures) => Math.round(backoffDelay(failures, UPLOAD_BACKOFF, () => 0.999))),
+  );
 });
 
 test("a file completed after shutdown keeps its staged copy and rejects at once", async () => {
