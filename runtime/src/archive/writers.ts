@@ -16,7 +16,7 @@ import type { Metrics } from "../observe/metrics.ts";
 import type { ArchiveFile, ArchiveStore, Retry } from "../store/types.ts";
 import { expandPathTemplate, type TemplatePart } from "./path.ts";
 
-export type RollTrigger = "size" | "interval" | "evict" | "shutdown";
+export type RollTrigger = "size" | "interval" | "evict" | "shutdown" | "revoke";
 
 export interface CompletedFile<T> {
   readonly relPath: string;
@@ -92,6 +92,11 @@ export interface WriterPool<T> {
   append(destination: string, block: Block, records: number, rawBytes: number, ticket: T): Promise<void>;
   /** Rolls files older than roll_interval_secs; call about once a second. */
   tick(): void;
+  /**
+   * Completes every file whose tickets `match` (the files holding a revoked partition's records), behind the appends
+   * accepted so far. Resolves once those files, and every file already completing, have completed or failed.
+   */
+  roll(match: (tickets: readonly T[]) => boolean): Promise<void>;
   /** Shutdown: lets accepted appends land, then completes every file. Later appends are refused. */
   closeAll(): Promise<void>;
   stats(): { writers: number; closing: number; parked: number };
@@ -198,6 +203,17 @@ class Pool<T> implements WriterPool<T> {
       const f = w.file;
       if (f !== undefined && !f.rollQueued && now - f.openedAt >= maxAge) this.#rollParked(w, "interval");
     }
+  }
+
+  async roll(match: (tickets: readonly T[]) => boolean): Promise<void> {
+    const matches = (w: Writer<T>) => w.file !== undefined && match(w.file.tickets);
+    for (const w of this.#open.values()) {
+      // Behind the appends queued on it, which may add to its file or open one.
+      this.#track(this.#enqueue(w, () => (matches(w) ? this.#roll(w, "revoke") : undefined)));
+    }
+    for (const w of [...this.#parked.values()]) if (matches(w)) this.#rollParked(w, "revoke");
+    const pending = [...this.#inflight, ...[...this.#waiting.values()].map((w) => w.tail)];
+    await Promise.allSettled(pending);
   }
 
   async closeAll(): Promise<void> {

@@ -34,7 +34,7 @@ export function hotBufferBounds(capBytes: number, flushBytes: number): { bytes: 
   return { bytes, buffers: Math.max(64, Math.floor(bytes / MIN_BUFFER_SHARE)) };
 }
 
-export type FlushTrigger = "bytes" | "records" | "age" | "evict" | "cap" | "drain";
+export type FlushTrigger = "bytes" | "records" | "age" | "evict" | "cap" | "drain" | "revoke";
 
 /** What a buffer hands over when it flushes: payloads, each followed by a newline, and the hold of their offsets. */
 export interface FlushBatch {
@@ -532,11 +532,16 @@ export class HotBufferPool {
     return true;
   }
 
+  /** Flushes every buffer holding a record of these partition slots (a revoked partition's hand-over). */
+  flushSlots(slots: ReadonlySet<number>): void {
+    for (const b of [...this.#buffers.values()]) if (holdsSlot(b, slots)) this.#flush(b, "revoke");
+  }
+
   /** Discards, before any write, the buffered records of revoked partition slots; returns how many. */
   discardSlots(slots: ReadonlySet<number>): number {
     let discarded = 0;
     for (const b of [...this.#buffers.values()]) {
-      if (!(b.hold?.slots.some((s) => slots.has(s)) ?? false)) continue;
+      if (!holdsSlot(b, slots)) continue;
       // A buffer whose spill is still being written keeps its records: written later, they are read again too.
       if (this.#opts.spill !== undefined && !this.#unspill(b, this.#opts.spill)) continue;
       this.#settleOne(b);
@@ -629,4 +634,9 @@ function freeBlocks(b: HotBuffer): void {
   if (b.index !== undefined) blocks.free(b.index);
   b.data = undefined;
   b.index = undefined;
+}
+
+/** Whether the buffer holds a record of these slots, spilled or in memory (its hold covers both). */
+function holdsSlot(b: HotBuffer, slots: ReadonlySet<number>): boolean {
+  return b.hold?.slots.some((s) => slots.has(s)) ?? false;
 }

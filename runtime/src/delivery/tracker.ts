@@ -128,6 +128,32 @@ export class OffsetTracker {
 
   /** The floor of every assigned partition that moved past its last commit. */
   commitable(): CommitOffset[] {
+    const floors = this.#floors();
+    const out: CommitOffset[] = [];
+    for (let s = 0; s < this.#parts.length; s++) {
+      const p = this.#part(s);
+      const f = floors[s] ?? -1;
+      if (p.assigned && f > p.committed && f >= 0)
+        out.push({ topic: p.topic, partition: p.partition, offset: String(f) });
+    }
+    return out;
+  }
+
+  /**
+   * True once every record of these slots received since their assignment is released and committed: their next
+   * owner reads none of it again.
+   */
+  handedOver(slots: ReadonlySet<number>): boolean {
+    const floors = this.#floors();
+    for (const s of slots) {
+      const p = this.#part(s);
+      if (p.next >= 0 && (floors[s] !== p.next || p.committed !== p.next)) return false;
+    }
+    return true;
+  }
+
+  /** Per slot, the lowest offset an unreleased hold carries, else the next offset to receive. */
+  #floors(): number[] {
     const floors = this.#parts.map((p) => p.next);
     if (this.#holdsCommit) {
       for (const set of [this.#open, this.#errored]) {
@@ -140,14 +166,7 @@ export class OffsetTracker {
         }
       }
     }
-    const out: CommitOffset[] = [];
-    for (let s = 0; s < this.#parts.length; s++) {
-      const p = this.#part(s);
-      const f = floors[s] ?? -1;
-      if (p.assigned && f > p.committed && f >= 0)
-        out.push({ topic: p.topic, partition: p.partition, offset: String(f) });
-    }
-    return out;
+    return floors;
   }
 
   /** Records the broker confirmed a commit of. */

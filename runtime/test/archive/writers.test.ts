@@ -372,6 +372,32 @@ test("a parked file rolls at its age like an open one, and its destination's nex
   assert.equal(store.maxOpen, 1);
 });
 
+test("roll completes the files whose tickets match, open or parked, and waits for every file completing", async () => {
+  const store = new MemStore();
+  let release!: () => void;
+  const slow = new Promise<void>((r) => (release = r));
+  store.hooks.complete = (f) => (f.relPath.startsWith("d4/") ? slow : undefined);
+  const { pool, completed, metrics } = setup({ maxWriters: 2, rollSizeBytes: 3 }, store);
+  await pool.append("d1", frame("1"), 1, 1, 1);
+  await pool.append("d2", frame("2"), 1, 1, 2);
+  await pool.append("d3", frame("3"), 1, 1, 3); // parks d1
+  await pool.append("d4", frame("444"), 1, 1, 4); // parks d2; rolls at its size, its complete held
+  await turns();
+  let rolled = false;
+  const rolling = pool.roll((tickets) => tickets.some((t) => t % 2 === 1)).then(() => (rolled = true));
+  await turns();
+  assert.deepEqual(completed.map((c) => c.tickets).sort(), [[1], [3]], "d1 (parked) and d3 (open) rolled");
+  assert.equal(rolled, false, "d4's file is still completing");
+  release();
+  await rolling;
+  assert.deepEqual(completed.map((c) => c.tickets).sort(), [[1], [3], [4]]);
+  assert.equal(await value(metrics.archiveRoll, { trigger: "revoke" }), 2);
+  // d2's file holds no match and stays in progress; d1 and d3 take their next flush in new files.
+  await pool.append("d3", frame("5"), 1, 1, 5);
+  await pool.closeAll();
+  assert.deepEqual(completed.map((c) => c.tickets).sort(), [[1], [2], [3], [4], [5]]);
+});
+
 test("a writer still parking keeps its place: a write for a new destination waits for that park", async () => {
   const store = new MemStore();
   const { pool, completed } = setup({ maxWriters: 2 }, store);

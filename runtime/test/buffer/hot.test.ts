@@ -138,6 +138,25 @@ test("a revoked partition's buffered records are discarded before any write", ()
   assert.deepEqual(flushed[0]?.hold.slots, [a]);
 });
 
+test("a revoked partition's hand-over flushes every buffer holding its records, and only those", () => {
+  const { p, flushed, tracker } = pool();
+  const a = tracker.slot("t", 0);
+  const b = tracker.slot("t", 1);
+  p.add("mixed", a, rec(0, "a0"));
+  p.add("mixed", b, rec(0, "b0"));
+  p.add("only-a", a, rec(1, "a1"));
+  p.add("only-b", b, rec(1, "b1"));
+  p.flushSlots(new Set([b]));
+  assert.deepEqual(
+    flushed.map((f) => [f.destination, f.trigger, lines(f)]),
+    [
+      ["mixed", "revoke", ["a0", "b0"]],
+      ["only-b", "revoke", ["b1"]],
+    ],
+  );
+  assert.deepEqual(p.stats(), { buffers: 1, bytes: 3, records: 1 });
+});
+
 test("nothing is allocated before a destination's first record, and flushing hands the memory over", () => {
   const { p, flushed } = pool();
   assert.deepEqual(p.stats(), { buffers: 0, bytes: 0, records: 0 });

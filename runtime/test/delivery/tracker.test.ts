@@ -66,6 +66,33 @@ test("a revoked partition is never committed, and counts again from its next ass
   assert.deepEqual(offsetsOf(t), { "x/0": "10", "x/1": "8" });
 });
 
+test("a partition is handed over once every record received of it is released and committed", () => {
+  const t = new OffsetTracker({ holdsCommit: true });
+  const p = t.slot("x", 0);
+  const q = t.slot("x", 1);
+  const both = new Set([p, q]);
+  assert.equal(t.handedOver(both), true, "nothing received: nothing to hand over");
+  const h = t.open();
+  h.add(p, 0);
+  h.add(p, 1);
+  t.received(p, 1);
+  t.received(q, 4);
+  assert.equal(t.handedOver(new Set([p])), false, "held by an open hold");
+  t.committed(t.commitable());
+  assert.equal(t.handedOver(new Set([q])), true, "q's floor is committed");
+  assert.equal(t.handedOver(new Set([p])), false, "p's floor is below what it received");
+  t.release(h, "done");
+  assert.equal(t.handedOver(new Set([p])), false, "released, not yet committed");
+  t.committed(t.commitable());
+  assert.equal(t.handedOver(both), true);
+  const e = t.open();
+  e.add(p, 2);
+  t.received(p, 2);
+  t.release(e, "errored");
+  t.committed(t.commitable());
+  assert.equal(t.handedOver(new Set([p])), false, "an errored hold is never handed over");
+});
+
 test("held offsets cost far less than the seed's 32 bytes a record", () => {
   const t = new OffsetTracker({ holdsCommit: true });
   const slots = Array.from({ length: 6 }, (_, i) => t.slot("bench", i));
