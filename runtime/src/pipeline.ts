@@ -12,6 +12,7 @@ import { Spill } from "./buffer/spill.ts";
 import { createCodec } from "./codec/index.ts";
 import { codecLanes } from "./codec/lanes.ts";
 import type { ResolvedConfig } from "./config/resolve.ts";
+import { handOver, type HandOverSteps } from "./delivery/handover.ts";
 import type { Hold } from "./delivery/hold.ts";
 import { OffsetTracker, type PartitionRef } from "./delivery/tracker.ts";
 import type { KafkaDlq } from "./dlq/kafka.ts";
@@ -69,6 +70,8 @@ export class Pipeline implements TransportSink {
   readonly #release: Release;
   readonly #commits: Commits;
   readonly #regulation: Regulation;
+  readonly #offsetsHeld: boolean;
+  readonly #handOverSteps: HandOverSteps;
   #timer: NodeJS.Timeout | undefined;
   #draining: Promise<PipelineExit> | undefined;
   #exitReason: string | undefined;
@@ -192,6 +195,18 @@ export class Pipeline implements TransportSink {
       shed: () => this.#buffers.shed(),
       settled: () => this.#flushes.settled,
     });
+    this.#offsetsHeld = cfg.offsetsHeld;
+    this.#handOverSteps = {
+      batchesEnded: (slots) => this.#intake.slotsIdle(slots),
+      flush: async (slots) => {
+        this.#buffers.flushSlots(slots);
+        await this.#flushes.landedSoFar();
+      },
+      roll: (slots) => this.#writers.roll((holds) => holds.some((h) => h.slots.some((s) => slots.has(s)))),
+      commit: () => this.#commits.now(),
+      handedOver: (slots) => tracker.handedOver(slots),
+      hurry: staging ? () => staging.hurry() : undefined,
+    };
     this.guarantee = cfg.offsetsHeld
       ? { guarantee: "at_least_once", reason: "offsets_held_until_durable" }
       : {
@@ -242,7 +257,26 @@ export class Pipeline implements TransportSink {
     this.#regulation.assigned(partitions);
   }
 
-  onRevoked(partitions: readonly PartitionRef[]): void {
+  /**
+   * With `handOver` (see TransportSink.onRevoked), the partitions' records are committed first (delivery/handover.ts):
+   * until then they stay assigned here, so their batches still running are buffered and their floors committed.
+   */
+  onRevoked(partitions: readonly PartitionRef[], signal?: AbortSignal): Promise<void> | void {
+    if (signal === undefined || !this.#offsetsHeld) return this.#revoke(partitions);
+    const slots = new Set(partitions.map((p) => this.#tracker.slot(p.topic, p.partition)));
+    return handOver(this.#handOverSteps, partitions, slots, signal, this.#log).then(
+      (outcome) => {
+        this.#m.transportHandovers.inc({ outcome });
+        this.#revoke(partitions);
+      },
+      (err: unknown) => {
+        this.#log.error({ err, partitions }, "revoked partitions' hand-over failed");
+        this.#revoke(partitions);
+      },
+    );
+  }
+
+  #revoke(partitions: readonly PartitionRef[]): void {
     this.#regulation.revoked(partitions);
     const slots = this.#tracker.revoked(partitions);
     this.#intake.forget(slots);
@@ -303,7 +337,8 @@ export class Pipeline implements TransportSink {
       stopReceiving: () => this.#transport.stopReceiving(),
       uploads: staging && {
         graceMs: UPLOAD_DRAIN_MS,
-        hurry: () => staging.hurry(),
+        // Never released: the drain's grace is all the time the uploads have left.
+        hurry: () => void staging.hurry(),
         drain: (graceMs) => staging.drainUploads(graceMs),
       },
       releaseIntake: () => this.#flushes.releaseWaiters(),

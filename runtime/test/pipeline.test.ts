@@ -23,6 +23,15 @@ const BATCHES = 6;
 /** Records per batch: with kafka.batch_size 100, 13 chunks (200 records each), buffered over two turns (1600 each). */
 const PER_BATCH = 2500;
 
+interface Script {
+  /** Partition 0 is revoked while its batch of this index is buffered, and fed no more. */
+  revokeAfter?: number;
+  /** The revocation gives the pipeline 10 s to commit the partition first. */
+  handOver?: boolean;
+  /** Commits are refused for this long once the drain begins, as while a rebalance runs. */
+  refuseCommitsAtDrainMs?: number;
+}
+
 /** Hands each partition's batches one after another, the next as soon as onBatch resolves for the one before. */
 class ScriptedTransport implements Transport {
   readonly commits: CommitOffset[][] = [];
@@ -35,14 +44,19 @@ class ScriptedTransport implements Transport {
   handedAll: Promise<unknown> | undefined;
 
   readonly #revokeAfter: number | undefined;
-  /** Set once partition 0 is revoked: commits made from then on. */
+  readonly #handOver: boolean;
+  readonly #refuseAtDrainMs: number;
+  #refusingUntil = -Infinity;
+  refused = 0;
+  /** Set once partition 0 is revoked (once its hand-over settled, with one): commits made from then on. */
   commitsAfterRevoke: CommitOffset[][] | undefined;
 
-  /** `revokeAfter`: partition 0 is revoked while its batch of that index is buffered, and fed no more. */
-  constructor(replayable: boolean, received: () => Promise<number>, revokeAfter?: number) {
+  constructor(replayable: boolean, received: () => Promise<number>, opts: Script) {
     this.replayable = replayable;
     this.#received = received;
-    this.#revokeAfter = revokeAfter;
+    this.#revokeAfter = opts.revokeAfter;
+    this.#handOver = opts.handOver ?? false;
+    this.#refuseAtDrainMs = opts.refuseCommitsAtDrainMs ?? 0;
   }
 
   async #feed(sink: TransportSink, partition: number): Promise<void> {
@@ -52,8 +66,10 @@ class ScriptedTransport implements Transport {
         // A few turns of the event loop on, its batch's last turn is being buffered, a slice at a time: the
         // revocation lands between slices, as a rebalance can (checked by hand: the slices skip the rest of it).
         for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
+        const revoked = [{ topic: TOPIC, partition: 0 }];
+        if (this.#handOver) await sink.onRevoked(revoked, AbortSignal.timeout(10_000));
+        else sink.onRevoked(revoked);
         this.commitsAfterRevoke = [];
-        sink.onRevoked([{ topic: TOPIC, partition: 0 }]);
         return;
       }
       this.#resolved += PER_BATCH;
@@ -68,6 +84,10 @@ class ScriptedTransport implements Transport {
   }
 
   commit(offsets: readonly CommitOffset[]): Promise<void> {
+    if (performance.now() < this.#refusingUntil) {
+      this.refused++;
+      return Promise.reject(new Error("the group is rebalancing"));
+    }
     this.commits.push([...offsets]);
     this.commitsAfterRevoke?.push([...offsets]);
     return Promise.resolve();
@@ -76,6 +96,7 @@ class ScriptedTransport implements Transport {
   pause(): void {}
   resume(): void {}
   stopReceiving(): Promise<void> {
+    if (this.#refuseAtDrainMs > 0) this.#refusingUntil = performance.now() + this.#refuseAtDrainMs;
     return Promise.resolve();
   }
   close(): Promise<void> {
@@ -102,7 +123,7 @@ function archived(root: string): { p: number; o: number }[] {
 
 async function run(
   replayable: boolean,
-  revokeAfter?: number,
+  script: Script = {},
 ): Promise<{
   exit: PipelineExit;
   records: { p: number; o: number }[];
@@ -122,7 +143,7 @@ async function run(
     const metrics = createMetrics({ defaultMetrics: false });
     const memory = resolveMemoryLimit(512 << 20, 0.85);
     const received = async () => (await metrics.messagesReceived.get()).values[0]?.value ?? 0;
-    const transport = new ScriptedTransport(replayable, received, revokeAfter);
+    const transport = new ScriptedTransport(replayable, received, script);
     const pipeline = new Pipeline({
       config,
       transport,
@@ -180,7 +201,7 @@ test("on kafka, what the drain commits is archived, in order, whatever was still
 });
 
 test("a partition revoked while its batch is buffered: nothing of it is committed after, the other is all archived", async () => {
-  const { exit, records, transport } = await run(true, 1);
+  const { exit, records, transport } = await run(true, { revokeAfter: 1 });
   assert.deepEqual(exit, { code: 0 });
   assertInOrder(records);
   assert.ok(transport.commitsAfterRevoke, "partition 0 was never revoked");
@@ -199,4 +220,45 @@ test("a partition revoked while its batch is buffered: nothing of it is committe
     first,
     Array.from({ length: first.length }, (_, o) => o),
   );
+});
+
+test("a partition revoked with a hand-over: all it received is archived once and committed before it goes", async () => {
+  const { exit, records, transport } = await run(true, { revokeAfter: 1, handOver: true });
+  assert.deepEqual(exit, { code: 0 });
+  assertInOrder(records);
+  assert.ok(transport.commitsAfterRevoke, "partition 0 was never revoked");
+  const committed = Math.max(
+    ...transport.commits
+      .flat()
+      .filter((c) => c.partition === 0)
+      .map((c) => Number(c.offset)),
+  );
+  // Its two batches were taken, the second one still buffering as the revocation came: both are archived and
+  // committed, so its next owner reads on from offset 5000 and archives nothing of them again.
+  assert.equal(committed, 2 * PER_BATCH, "partition 0 committed to all it received");
+  assert.deepEqual(
+    records.filter((r) => r.p === 0).map((r) => r.o),
+    Array.from({ length: 2 * PER_BATCH }, (_, o) => o),
+  );
+  assert.deepEqual(
+    transport.commitsAfterRevoke.flat().filter((c) => c.partition === 0),
+    [],
+  );
+  assert.equal(records.filter((r) => r.p === 1).length, BATCHES * PER_BATCH);
+});
+
+test("the drain's last commit, refused for a while, is retried until it lands", async () => {
+  const { exit, records, transport } = await run(true, { refuseCommitsAtDrainMs: 1_500 });
+  assert.deepEqual(exit, { code: 0 });
+  assert.ok(transport.refused > 0, "no commit was refused");
+  // Everything archived is committed: the partitions' next owners read none of it again.
+  const last = new Map(transport.commits.flat().map((c) => [c.partition, Number(c.offset)]));
+  for (let p = 0; p < PARTITIONS; p++) {
+    const archived = records.filter((r) => r.p === p).map((r) => r.o);
+    assert.deepEqual(
+      archived,
+      Array.from({ length: archived.length }, (_, o) => o),
+    );
+    assert.equal(last.get(p), archived.length, `partition ${p}: committed to what it archived`);
+  }
 });

@@ -25,6 +25,7 @@ export interface Metrics {
   readonly routingErrors: Counter;
   readonly routingFallback: Counter<"field">;
   readonly transportRevokeDiscarded: Counter<"stage">;
+  readonly transportHandovers: Counter<"outcome">;
   readonly stagedFilesRecovered: Counter;
   readonly stagedFilesQuarantined: Counter<"reason">;
   readonly stagedFilesRemoved: Counter<"reason">;
@@ -101,6 +102,11 @@ export function createMetrics(opts: { namespace?: string | undefined; defaultMet
       "transport_revoke_discarded_total",
       "Records of a revoked partition discarded before any write, by stage",
       ["stage"],
+    ),
+    transportHandovers: counter(
+      "transport_handovers_total",
+      "Revocations whose partitions' records were committed before their next owner read them (done), or not all by the rebalance bound (cut_short)",
+      ["outcome"],
     ),
     stagedFilesRecovered: counter(
       "staged_files_recovered_total",

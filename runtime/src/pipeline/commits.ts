@@ -1,6 +1,7 @@
 // The commits: what completed files released goes to the transport as each partition's floor, at most one commit
 // every COMMIT_SPACING_MS: with ten thousand files completing at a drain, a commit each (each reading every open hold
 // for the floors) took 2.4 s of the event loop.
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import type { OffsetTracker } from "../delivery/tracker.ts";
 import type { Metrics } from "../observe/metrics.ts";
@@ -8,6 +9,8 @@ import type { Transport } from "../transport/types.ts";
 
 /** Commits start at least this far apart. */
 export const COMMIT_SPACING_MS = 100;
+/** The drain's last commit is retried this long at most (a rebalance or a broker away refuses it for a while). */
+export const DRAIN_COMMIT_MS = 10_000;
 
 export interface CommitsDeps {
   readonly tracker: Pick<OffsetTracker, "commitable" | "committed">;
@@ -18,7 +21,7 @@ export interface CommitsDeps {
 
 export class Commits {
   readonly #d: CommitsDeps;
-  #committing: Promise<void> | undefined;
+  #committing: Promise<unknown> | undefined;
   #again = false;
   #timer: NodeJS.Timeout | undefined;
   #lastAt = -Infinity;
@@ -51,23 +54,36 @@ export class Commits {
     });
   }
 
-  /** The drain's commit: after the one running, in place of a spaced one waiting (it covers what that would). */
+  /** Commits what moved now, spacing aside (a hand-over's); false when the transport refused it. */
+  now(): Promise<boolean> {
+    return this.#commit();
+  }
+
+  /**
+   * The drain's commit: after the one running, in place of a spaced one waiting (it covers what that would), retried
+   * for DRAIN_COMMIT_MS: one refused (a rebalance in progress, the broker away) left everything since the last commit
+   * to be read again by the partitions' next owners.
+   */
   async last(): Promise<void> {
     while (this.#committing !== undefined) await this.#committing;
     clearTimeout(this.#timer);
     this.#timer = undefined;
-    await this.#commit();
+    const deadline = performance.now() + DRAIN_COMMIT_MS;
+    while (!(await this.#commit()) && performance.now() < deadline) await sleep(COMMIT_SPACING_MS * 5);
   }
 
-  async #commit(): Promise<void> {
+  /** Commits what moved; false when the transport refused the commit (it is retried at the next one). */
+  async #commit(): Promise<boolean> {
     const offsets = this.#d.tracker.commitable();
-    if (offsets.length === 0) return;
+    if (offsets.length === 0) return true;
     try {
       await this.#d.transport.commit(offsets);
       this.#d.tracker.committed(offsets);
+      return true;
     } catch (err) {
       this.#d.metrics.kafkaCommitErrors.inc();
       this.#d.log.warn({ err, offsets }, "offset commit failed; retried at the next commit");
+      return false;
     }
   }
 }

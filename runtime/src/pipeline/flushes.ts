@@ -194,6 +194,11 @@ export class Flushes {
     while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
   }
 
+  /** Resolves once the flushes in flight now have landed; those begun later (other partitions') are not waited for. */
+  async landedSoFar(): Promise<void> {
+    await Promise.allSettled([...this.#inflight]);
+  }
+
   /** Something landed (a flush, a parked file's roll): what waits for room goes on as far as the bounds allow. */
   wake(): void {
     while (!this.saturated() && this.#waiters.length > 0) this.#waiters.shift()?.();

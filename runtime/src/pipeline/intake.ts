@@ -77,6 +77,8 @@ export class Intake {
   readonly #pendingChunks: PendingChunks[] = [];
   #batchesRunning = 0;
   #batchesIdle: (() => void) | undefined;
+  /** Per partition slot, its batches being routed or buffered, and a promise that resolves once none is. */
+  readonly #slotBatches = new Map<number, { running: number; ended: PromiseWithResolvers<undefined> }>();
   /** Batches on a route lane, by the sequence number each started under (see #endTurnSoon). */
   readonly #routing = new Set<number>();
   #routeSeq = 0;
@@ -120,6 +122,11 @@ export class Intake {
     if (this.#batchesRunning > 0) await new Promise<void>((r) => (this.#batchesIdle = r));
   }
 
+  /** Resolves once no batch of these partition slots is being routed or buffered (a revoked partition's hand-over). */
+  async slotsIdle(slots: ReadonlySet<number>): Promise<void> {
+    await Promise.all([...slots].map((s) => this.#slotBatches.get(s)?.ended.promise));
+  }
+
   /** Counts the routing outcomes the lanes reported since the last call. */
   reportRouting(): void {
     const m = this.#d.metrics;
@@ -142,11 +149,11 @@ export class Intake {
   async onBatch(batch: InboundBatch): Promise<void> {
     if (this.#d.refusing()) return;
     this.#batchesRunning++;
+    const slot = this.#d.tracker.slot(batch.topic ?? "", batch.partition);
+    this.#slotBatchStarted(slot);
     let routed: Routed;
-    let slot: number;
     let assignment: number;
     try {
-      slot = this.#d.tracker.slot(batch.topic ?? "", batch.partition);
       assignment = this.#d.tracker.assignment(slot);
       // A lane decodes, routes and groups the batch, kafka.batch_size records a chunk, while the event loop buffers
       // and flushes; chunks are buffered with back-pressure between.
@@ -159,7 +166,7 @@ export class Intake {
         this.#endTurnSoon();
       }
     } catch (err) {
-      this.#batchEnded();
+      this.#batchEnded(slot);
       throw err;
     }
     this.#countRouting(routed);
@@ -174,7 +181,7 @@ export class Intake {
       .finally(() => {
         // Every chunk was buffered (copied) or let go, and none waits in #pendingChunks: the reply is read no more.
         codecLanes().recycle(routed.memory);
-        this.#batchEnded();
+        this.#batchEnded(slot);
       });
     await Promise.race([queued.promise, buffered]);
     await this.#unsaturated();
@@ -185,7 +192,18 @@ export class Intake {
     while (this.#d.flushes.saturated() && !this.#d.refusing()) await this.#d.flushes.room();
   }
 
-  #batchEnded(): void {
+  #slotBatchStarted(slot: number): void {
+    const entry = this.#slotBatches.get(slot);
+    if (entry !== undefined) entry.running++;
+    else this.#slotBatches.set(slot, { running: 1, ended: Promise.withResolvers() });
+  }
+
+  #batchEnded(slot: number): void {
+    const entry = this.#slotBatches.get(slot);
+    if (entry !== undefined && --entry.running === 0) {
+      this.#slotBatches.delete(slot);
+      entry.ended.resolve(undefined);
+    }
     if (--this.#batchesRunning === 0) this.#batchesIdle?.();
   }
 

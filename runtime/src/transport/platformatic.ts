@@ -5,6 +5,10 @@
 // again only once the sink resolved its batch (per-partition back-pressure).
 // A subscription change tracks the new topics and joins again as the same member; the partitions it keeps are read on
 // from where they were.
+// A partition a rebalance revokes is handed over (see TransportSink.onRevoked): the library asks for the subscription's
+// user data (protocolsMetadata) before each JoinGroup, and the revoke round's rejoin is held there until the sink has
+// committed what it received of the partition, or the bound ran out. Until this member rejoins, the group hands the
+// partition to no one, so its next owner reads from a committed offset that covers everything archived.
 import {
   Admin,
   COOPERATIVE_STICKY_ASSIGNOR,
@@ -18,6 +22,7 @@ import {
   type SASLOptions,
   type fetchV17,
 } from "@platformatic/kafka";
+import { once } from "node:events";
 import type { ConnectionOptions } from "node:tls";
 import type { CommitOffset, PartitionRef } from "../delivery/tracker.ts";
 import { ArchiverError } from "../errors.ts";
@@ -36,6 +41,8 @@ const BUSY_WAIT_MS = 20;
 /** Pause before fetching again after a failed fetch, offset lookup or sink batch. */
 const RETRY_MS = 1000;
 const OFFSET_OUT_OF_RANGE = 1;
+/** The subscription's user data: none (the cooperative assignor's owned partitions and generation have fields). */
+const NO_USER_DATA = Buffer.alloc(0);
 const FIRST_FETCH_BYTES = 256 << 10;
 const MIN_FETCH_BYTES = 16 << 10;
 /**
@@ -57,6 +64,8 @@ const SASL_MECHANISMS = {
 interface PartitionState extends PartitionRef {
   readonly key: string;
   assigned: boolean;
+  /** Revoked, its hand-over running: nothing more is fetched, and commits of it still land. */
+  handing: boolean;
   /** The next offset to fetch; undefined while it is looked up after an assignment. */
   position: bigint | undefined;
   /** Counts the partition's assignments and revocations: a sink failure under an earlier one rewinds nothing. */
@@ -91,6 +100,10 @@ export class PlatformaticKafkaTransport implements Transport {
   readonly #inflight = new Map<number, Promise<void>>();
   /** Counts assignments: a fetch or offset lookup started under an earlier one is discarded. */
   #generation = 0;
+  /** Hand-overs running: the group is joined again only once they settle. */
+  readonly #handOvers = new Set<Promise<unknown>>();
+  /** A hand-over's bound: heartbeats stop while the rejoin waits for it, so it ends well within the session. */
+  readonly #handOverMs: number;
   #receiving = false;
   #closed = false;
   #pumping = false;
@@ -100,19 +113,23 @@ export class PlatformaticKafkaTransport implements Transport {
   constructor(opts: KafkaTransportOptions) {
     this.#opts = opts;
     const connection = connectionOptions(opts);
+    const heartbeatInterval = Math.max(1000, Math.floor(opts.sessionTimeoutMs / 10));
+    this.#handOverMs = Math.max(1000, opts.sessionTimeoutMs - 2 * heartbeatInterval);
     this.#consumer = new Consumer({
       clientId: opts.clientId,
       bootstrapBrokers: [...opts.brokers],
       groupId: opts.groupId,
       sessionTimeout: opts.sessionTimeoutMs,
       rebalanceTimeout: Math.max(60_000, opts.sessionTimeoutMs),
-      heartbeatInterval: Math.max(1000, Math.floor(opts.sessionTimeoutMs / 10)),
+      heartbeatInterval,
       autocommit: false,
       autocreateTopics: false,
       // Sticky: a rebalance moves only the partitions it must. Round-robin (the library's default) dealt every
       // partition afresh at each join or leave, and each one moved was read again from its committed offset by its
       // next owner while its last owner's files still held it: duplicates (e2e/chaos).
       protocols: [{ name: COOPERATIVE_STICKY_ASSIGNOR, version: 3 }],
+      // Asked for before every JoinGroup, the revoke round's rejoin included: resolved once the hand-overs are done.
+      protocolsMetadata: () => this.#handedOver(),
       // Its fetch options go unset: the fetches are ours (#fetch), through raw-fetch.ts.
       ...connection,
     });
@@ -213,6 +230,7 @@ export class PlatformaticKafkaTransport implements Transport {
             partition,
             key,
             assigned: true,
+            handing: false,
             position: undefined,
             epoch: 0,
             delivering: false,
@@ -246,21 +264,51 @@ export class PlatformaticKafkaTransport implements Transport {
     if (lookup.length > 0) this.#seek(generation, lookup, true);
   }
 
-  /** What the library's assignment no longer holds is revoked now (a partition it added waits for group:join). */
+  /**
+   * What the library's assignment no longer holds is revoked now (a partition it added waits for group:join), and
+   * handed over before the rejoin that follows. A topic that left the subscription (deleted, or excluded now) has no
+   * next owner to hand it to: its partitions just go.
+   */
   #onRevokeRound(): void {
     const held = new Set(
       (this.#consumer.assignments ?? []).flatMap((a) => a.partitions.map((p) => partitionKey(a.topic, p))),
     );
-    const revoked: PartitionRef[] = [];
+    const moved: PartitionState[] = [];
+    const left: PartitionRef[] = [];
     for (const st of this.#parts.values()) {
-      if (st.assigned && !held.has(st.key)) {
-        this.#unassign(st);
-        revoked.push({ topic: st.topic, partition: st.partition });
-      }
+      if (!st.assigned || held.has(st.key)) continue;
+      this.#unassign(st);
+      if (this.#consumer.topics.has(st.topic)) moved.push(st);
+      else left.push({ topic: st.topic, partition: st.partition });
     }
-    if (revoked.length === 0) return;
-    this.#opts.log.info({ revoked }, "partitions revoked");
-    this.#sink?.onRevoked(revoked);
+    if (left.length > 0) {
+      this.#opts.log.info({ revoked: left }, "partitions revoked");
+      this.#sink?.onRevoked(left);
+    }
+    this.#handOver(moved);
+  }
+
+  /** Hands `revoked` over to the sink, within #handOverMs; commits of them land until it settles. */
+  #handOver(revoked: readonly PartitionState[]): void {
+    const sink = this.#sink;
+    if (revoked.length === 0 || sink === undefined) return;
+    const refs = revoked.map((st) => ({ topic: st.topic, partition: st.partition }));
+    this.#opts.log.info({ revoked: refs }, "partitions revoked: handing them over");
+    for (const st of revoked) st.handing = true;
+    const bound = AbortSignal.timeout(this.#handOverMs);
+    const handed = Promise.race([Promise.resolve(sink.onRevoked(refs, bound)), once(bound, "abort")])
+      .catch((err: unknown) => this.#opts.log.error({ err, revoked: refs }, "hand-over failed"))
+      .finally(() => {
+        for (const st of revoked) st.handing = false;
+        this.#handOvers.delete(handed);
+      });
+    this.#handOvers.add(handed);
+  }
+
+  /** The subscription's user data, once every hand-over running has settled. */
+  async #handedOver(): Promise<Buffer> {
+    while (this.#handOvers.size > 0) await Promise.all([...this.#handOvers]);
+    return NO_USER_DATA;
   }
 
   #unassign(st: PartitionState): void {
@@ -270,7 +318,7 @@ export class PlatformaticKafkaTransport implements Transport {
     this.#paused.delete(st.key);
   }
 
-  /** The group is left: every partition is revoked. */
+  /** The group is left: every partition is revoked. No one reads them next (no topic is subscribed). */
   #revokeAll(): void {
     this.#generation++;
     const revoked: PartitionRef[] = [];
@@ -535,8 +583,12 @@ export class PlatformaticKafkaTransport implements Transport {
 
   async commit(offsets: readonly CommitOffset[]): Promise<void> {
     if (offsets.length === 0) return;
-    // A commit computed before a rebalance took a partition away must not land over its new owner's.
-    const mine = offsets.filter((o) => this.#parts.get(partitionKey(o.topic, o.partition))?.assigned === true);
+    // A commit computed before a rebalance took a partition away must not land over its new owner's; one of a partition
+    // being handed over lands, since no one else reads it yet.
+    const mine = offsets.filter((o) => {
+      const st = this.#parts.get(partitionKey(o.topic, o.partition));
+      return st !== undefined && (st.assigned || st.handing);
+    });
     if (mine.length > 0) await this.#commit(mine);
     if (mine.length < offsets.length) {
       throw new ArchiverError(

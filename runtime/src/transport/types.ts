@@ -15,8 +15,14 @@ export interface TransportSink {
    * rebalance or a subscription change is not reported again and is read on from where it was.
    */
   onAssigned(partitions: readonly PartitionRef[]): void;
-  /** Partitions taken away (a rebalance, or their topic left the subscription): nothing of them may be committed. */
-  onRevoked(partitions: readonly PartitionRef[]): void;
+  /**
+   * Partitions taken away (a rebalance, or their topic left the subscription). Without `handOver` they are gone
+   * already: nothing of them may be committed. With it the transport lets them go only once the returned promise
+   * settles, or once `handOver` aborts at the bound it sets (within the session timeout): it fetches nothing more of
+   * them, and commits of them still land meanwhile, so the sink commits what it received of them first and their next
+   * owner reads none of it again.
+   */
+  onRevoked(partitions: readonly PartitionRef[], handOver?: AbortSignal): Promise<void> | void;
   /** The connection's health as the client sees it, for the transport health component. */
   onState?(state: "ok" | "degraded", reason?: string): void;
 }

@@ -39,7 +39,7 @@ async function produce(topic: string, partitions: number[], count: number, codec
 }
 
 /** Assignments and revocations as members report them, in the order they happened, across members. */
-type Timeline = { member: string; kind: "assigned" | "revoked"; partition: number }[];
+type Timeline = { member: string; kind: "assigned" | "revoked" | "handed"; partition: number }[];
 
 class Collector implements TransportSink {
   readonly name: string;
@@ -53,6 +53,8 @@ class Collector implements TransportSink {
   readonly revoked: PartitionRef[][] = [];
   readonly #held = new Set<number>();
   onAssignedHook: ((p: readonly PartitionRef[]) => void) | undefined;
+  /** The sink's hand-over of revoked partitions (TransportSink.onRevoked), when it is given a bound. */
+  handOver: ((p: readonly PartitionRef[], bound: AbortSignal) => Promise<void>) | undefined;
 
   async onBatch(batch: InboundBatch): Promise<void> {
     this.batches.push(batch);
@@ -63,10 +65,14 @@ class Collector implements TransportSink {
     for (const p of partitions) this.timeline.push({ member: this.name, kind: "assigned", partition: p.partition });
     this.onAssignedHook?.(partitions);
   }
-  onRevoked(partitions: readonly PartitionRef[]): void {
+  onRevoked(partitions: readonly PartitionRef[], bound?: AbortSignal): Promise<void> | void {
     this.revoked.push([...partitions]);
     for (const p of partitions) this.#held.delete(p.partition);
     for (const p of partitions) this.timeline.push({ member: this.name, kind: "revoked", partition: p.partition });
+    if (this.handOver === undefined || bound === undefined) return;
+    return this.handOver(partitions, bound).finally(() => {
+      for (const p of partitions) this.timeline.push({ member: this.name, kind: "handed", partition: p.partition });
+    });
   }
 
   values(partition: number): string[] {
@@ -275,4 +281,59 @@ test("a member joining takes partitions only from their owners, each revoked bef
       `partition ${p}: revoked before c was handed it: ${JSON.stringify(timeline.slice(from))}`,
     );
   }
+});
+
+test("a revoked partition reaches its next owner only once its hand-over ended; commits of it land meanwhile", async (t) => {
+  const topic = await kafkaTopic(t, { partitions: 4 });
+  await produce(topic, range(4), 10, CompressionTypes.None, "a");
+  const groupId = uniqueName("g");
+  const timeline: Timeline = [];
+  const a = new Collector("a", timeline);
+  const ta = transport(t, topic, groupId);
+  await ta.start(a);
+  await until("a's records", () => a.count() === 40);
+  // It commits what it read of the partitions it loses, 2 s in: the next owner reads on from there.
+  a.handOver = async (partitions) => {
+    await sleep(2_000);
+    await ta.commit(partitions.map((p) => ({ topic, partition: p.partition, offset: "10" })));
+  };
+  const b = new Collector("b", timeline);
+  await transport(t, topic, groupId).start(b);
+  await until("b holds two", () => b.held().length === 2, 30_000);
+  const taken = b.held();
+  for (const p of taken) {
+    const handed = timeline.findIndex((e) => e.member === "a" && e.kind === "handed" && e.partition === p);
+    const assigned = timeline.findIndex((e) => e.member === "b" && e.kind === "assigned" && e.partition === p);
+    assert.ok(handed !== -1 && handed < assigned, `partition ${p}: ${JSON.stringify(timeline)}`);
+  }
+  await produce(topic, taken, 5, CompressionTypes.None, "b");
+  await until("b's records", () => b.count() === 10);
+  for (const p of taken)
+    assert.deepEqual(
+      b.offsets(p),
+      range(5).map((i) => 10 + i),
+    );
+});
+
+test("a hand-over that does not end is cut at its bound, within the session timeout", async (t) => {
+  const topic = await kafkaTopic(t, { partitions: 2 });
+  const groupId = uniqueName("g");
+  const a = new Collector("a");
+  await transport(t, topic, groupId).start(a);
+  await until("a holds both", () => a.held().length === 2);
+  let bound: AbortSignal | undefined;
+  a.handOver = (_partitions, signal) => {
+    bound = signal;
+    return new Promise(() => undefined);
+  };
+  const b = new Collector("b");
+  await transport(t, topic, groupId).start(b);
+  await until("a's hand-over", () => bound !== undefined, 30_000);
+  const from = Date.now();
+  await until("b holds one", () => b.held().length === 1, 30_000);
+  const waited = Date.now() - from;
+  assert.equal(bound?.aborted, true);
+  // The session is 6 s, heartbeats 1 s apart: the bound is 4 s.
+  assert.ok(waited >= 3_500 && waited < 6_000, `b was handed its partition ${waited} ms after the revocation`);
+  assert.deepEqual([...a.held(), ...b.held()].sort(), [0, 1]);
 });
