@@ -583,6 +583,13 @@ export class PlatformaticKafkaTransport implements Transport {
 
   async commit(offsets: readonly CommitOffset[]): Promise<void> {
     if (offsets.length === 0) return;
+    // Mid-join (JoinGroup sent, SyncGroup not yet answered) the broker refuses a commit, and the library answers a
+    // refused commit by joining again, which starts another rebalance: with a commit a second from each member, the
+    // group rebalanced every second for half a minute (e2e/chaos). A hand-over holds the JoinGroup back, so its
+    // commits still go.
+    if (this.#handOvers.size === 0 && !this.#consumer.isActive()) {
+      throw new ArchiverError("kafka_commit_failed", "a rebalance is in progress: committed once it ends", "retryable");
+    }
     // A commit computed before a rebalance took a partition away must not land over its new owner's; one of a partition
     // being handed over lands, since no one else reads it yet.
     const mine = offsets.filter((o) => {

@@ -92,7 +92,7 @@ class Collector implements TransportSink {
   }
 }
 
-function transport(t: TestContext, topic: string, groupId: string): PlatformaticKafkaTransport {
+function transport(t: TestContext, topic: string, groupId: string, logger = log): PlatformaticKafkaTransport {
   const tr = new PlatformaticKafkaTransport({
     brokers: need("TESTBED_KAFKA_BROKERS").split(","),
     clientId: "platformatic-test",
@@ -102,7 +102,7 @@ function transport(t: TestContext, topic: string, groupId: string): Platformatic
     maxBytesPerPartition: 1 << 20,
     batchRecords: 10_000,
     maxBytes: 8 << 20,
-    log,
+    log: logger,
   });
   t.after(() => tr.close());
   return tr;
@@ -336,4 +336,40 @@ test("a hand-over that does not end is cut at its bound, within the session time
   // The session is 6 s, heartbeats 1 s apart: the bound is 4 s.
   assert.ok(waited >= 3_500 && waited < 6_000, `b was handed its partition ${waited} ms after the revocation`);
   assert.deepEqual([...a.held(), ...b.held()].sort(), [0, 1]);
+});
+
+test("members committing every 20 ms through a rebalance: the group settles, no commit starts another", async (t) => {
+  const topic = await kafkaTopic(t, { partitions: 6 });
+  const groupId = uniqueName("g");
+  // Every join the transport logs ("partitions assigned", kept partitions included).
+  let joins = 0;
+  const counting = pino(
+    { level: "info" },
+    { write: (line: string) => void (joins += +line.includes("partitions assigned")) },
+  );
+  const members = ["a", "b", "c"].map((name) => ({
+    sink: new Collector(name),
+    tr: transport(t, topic, groupId, counting),
+  }));
+  let committing = true;
+  t.after(() => (committing = false));
+  const commits = members.map(async ({ sink, tr }) => {
+    while (committing) {
+      const held = sink.held().map((partition) => ({ topic, partition, offset: "0" }));
+      await tr.commit(held).catch(() => undefined);
+      await sleep(20);
+    }
+  });
+  for (const m of members) await m.tr.start(m.sink);
+  await until("three share", () => members.every((m) => m.sink.held().length === 2), 30_000);
+  await sleep(3_000);
+  const settled = joins;
+  await sleep(6_000);
+  committing = false;
+  await Promise.all(commits);
+  assert.equal(
+    joins - settled,
+    0,
+    `the group rebalanced ${joins - settled} times more with no member joining or leaving`,
+  );
 });
