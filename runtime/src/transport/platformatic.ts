@@ -24,6 +24,7 @@ import {
 } from "@platformatic/kafka";
 import { once } from "node:events";
 import type { ConnectionOptions } from "node:tls";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { CommitOffset, PartitionRef } from "../delivery/tracker.ts";
 import { ArchiverError } from "../errors.ts";
 import type { TopicChange } from "./discovery.ts";
@@ -650,7 +651,31 @@ export class PlatformaticKafkaTransport implements Transport {
       .then(() => this.#fetchPool.close())
       .catch((err: unknown) => this.#opts.log.warn({ err }, "closing the fetch connections failed"));
     await this.#admin?.close();
-    await this.#consumer.close();
+    await this.#leave();
+  }
+
+  /**
+   * Leaves the group. The broker refuses while its coordinator moves (NOT_COORDINATOR while it restarts): tried again
+   * for a session timeout, then left to the session to expire. The drain's commits landed before, so the partitions'
+   * next owners read nothing of them again; a failed leave made a drained process exit non-zero.
+   */
+  async #leave(): Promise<void> {
+    const deadline = performance.now() + this.#opts.sessionTimeoutMs;
+    for (;;) {
+      try {
+        await this.#consumer.close();
+        return;
+      } catch (err) {
+        if (performance.now() >= deadline) {
+          this.#opts.log.warn(
+            { err },
+            "leaving the group failed: the broker gives the partitions on at the session timeout",
+          );
+          return;
+        }
+        await sleep(RETRY_MS);
+      }
+    }
   }
 }
 
