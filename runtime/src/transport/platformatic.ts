@@ -584,11 +584,12 @@ export class PlatformaticKafkaTransport implements Transport {
 
   async commit(offsets: readonly CommitOffset[]): Promise<void> {
     if (offsets.length === 0) return;
-    // Mid-join (JoinGroup sent, SyncGroup not yet answered) the broker refuses a commit, and the library answers a
-    // refused commit by joining again, which starts another rebalance: with a commit a second from each member, the
-    // group rebalanced every second for half a minute (e2e/chaos). A hand-over holds the JoinGroup back, so its
-    // commits still go.
-    if (this.#handOvers.size === 0 && !this.#consumer.isActive()) {
+    // Mid-join (JoinGroup sent, SyncGroup not yet answered) a commit carries the generation the join is replacing: the
+    // broker refuses it once the join completes, and the library answers a refused commit by joining again, which
+    // starts another rebalance. With a commit a second from each member, the group rebalanced every second for half a
+    // minute (e2e/chaos). A hand-over holds the JoinGroup back, so its commits still go; so do a drain's, the last this
+    // member makes, or a drain waiting out a dead member's session commits nothing.
+    if (this.#receiving && this.#handOvers.size === 0 && !this.#consumer.isActive()) {
       throw new ArchiverError("kafka_commit_failed", "a rebalance is in progress: committed once it ends", "retryable");
     }
     // A commit computed before a rebalance took a partition away must not land over its new owner's; one of a partition
