@@ -1,7 +1,8 @@
 // Chaos: three runtime replicas in one consumer group under a seeded schedule of faults together -- SIGKILL, SIGTERM,
 // rebalance storms, a broker restart, MinIO outages, a full spool -- while a producer writes at a steady rate to a few
 // hundred destinations. At the end every record on the topic is in the archive, in its destination; each duplicate is
-// traced to the ownership change that read it again; offsets are committed to the end; no process exited on its own.
+// traced to the ownership change that read it again, and none follows a SIGTERM or a revocation that no fault kept
+// from handing its partitions over committed; offsets are committed to the end; no process exited on its own.
 // The Kafka and the MinIO are the test's own (the testbed's jars and binary): restarting the shared ones would break
 // the tests other people run. The default size runs in about 3 minutes; DFE_ARCHIVER_SOAK_S=1800 npm run soak runs a
 // 30-minute window. DFE_ARCHIVER_CHAOS_SEED replays a schedule.
@@ -27,6 +28,7 @@ import {
   type RunningArchiver,
 } from "../support/archiver.ts";
 import { random } from "../support/random.ts";
+import { UPLOAD_DRAIN_MS } from "../../runtime/src/store/staging.ts";
 import { FAULT_KINDS, describe, schedule, type Fault, type FaultKind } from "./schedule.ts";
 
 const SOAK_S = Number(process.env["DFE_ARCHIVER_SOAK_S"] ?? "0");
@@ -42,6 +44,18 @@ const PARTITIONS = 12;
 const DESTINATIONS = SOAK ? 300 : 200;
 const RATE = 300; // records a second
 const SESSION_TIMEOUT_MS = 10_000;
+/** A revocation's hand-over bound: the session less two heartbeat intervals (a second each at this session). */
+const HANDOVER_MS = SESSION_TIMEOUT_MS - 2_000;
+/** The drain's last commit is retried this long after its uploads' grace (pipeline.ts DRAIN_COMMIT_MS). */
+const DRAIN_COMMIT_MS = 10_000;
+
+/** A fault as it ran: when it began and, for one that lasts (an outage, a full spool), when it ended. */
+interface FaultEvent {
+  readonly at: number;
+  readonly kind: FaultKind;
+  readonly target?: string | undefined;
+  end?: number;
+}
 
 /** One run of a replica's process. */
 interface Incarnation {
@@ -107,7 +121,8 @@ test(
         session_timeout_ms: SESSION_TIMEOUT_MS,
       },
       archive: { ...minioArchive(bucket, "a", minio.endpoint), roll_interval_secs: SOAK ? 30 : 20 },
-      buffer: { spool_dir: spool, flush_age_secs: 2, min_free_spool_bytes: 1 << 20 },
+      // A revocation's hand-over uploads a file per destination within 8 s (the session less two heartbeats).
+      buffer: { spool_dir: spool, flush_age_secs: 2, min_free_spool_bytes: 1 << 20, writer_parallelism: 8 },
       routing: { mode: "expression", expression_fields: ["_org_id"] },
       dlq: { enabled: false },
       // info: the partitions each process was assigned, by which every duplicate is traced.
@@ -207,7 +222,7 @@ test(
       FaultKind,
       number
     >;
-    const events: { at: number; kind: FaultKind; target?: string }[] = [];
+    const events: FaultEvent[] = [];
     const background: Promise<unknown>[] = [];
     const faultErrors: string[] = [];
     let stormSeq = 0;
@@ -263,22 +278,26 @@ test(
         case "minio-outage": {
           const server = f.kind === "broker-restart" ? broker : minio;
           injected[f.kind]++;
-          events.push({ at: Date.now(), kind: f.kind });
+          const event: FaultEvent = { at: Date.now(), kind: f.kind };
+          events.push(event);
           await server.stop();
           await sleep(f.downMs);
           await server.start();
+          event.end = Date.now();
           return;
         }
         case "spool-full": {
           const r = base[f.replica];
           if (r?.mount === undefined) return;
           injected[f.kind]++;
-          events.push({ at: Date.now(), kind: f.kind, target: r.current?.name });
+          const event: FaultEvent = { at: Date.now(), kind: f.kind, target: r.current?.name };
+          events.push(event);
           const filler = join(r.mount, "filler");
           const held = (async () => {
             fillUntil(filler, r.mount ?? "", 256 << 10);
             await sleep(f.holdMs);
             rmSync(filler);
+            event.end = Date.now();
           })();
           r.filled = held;
           await held;
@@ -343,22 +362,30 @@ test(
 
     const dir = tempDir(t);
     const objects = await readBucket(s3, bucket, dir);
+    // Each copy of a record, by the process that wrote it (its instance id ends the object's name).
+    const writers = new Map(incarnations.flatMap((inc) => instancesOf(inc).map((id) => [id, inc] as const)));
     const archived = new Map<number, number>();
+    const copies = new Map<number, (Incarnation | undefined)[]>();
     let misrouted = 0;
     let lines = 0;
     for (const o of objects) {
       const dest = o.key.split("/")[2];
+      const writer = writers.get(/-([0-9a-f]+)_\d+\.jsonl\.zst$/.exec(o.key)?.[1] ?? "");
       for (const l of linesOf(o.content)) {
         const v = JSON.parse(l) as { id: number; _org_id: string };
         lines++;
         if (v._org_id !== dest) misrouted++;
         archived.set(v.id, (archived.get(v.id) ?? 0) + 1);
+        const list = copies.get(v.id);
+        if (list === undefined) copies.set(v.id, [writer]);
+        else list.push(writer);
       }
     }
     const missing = [...onTopic.keys()].filter((id) => !archived.has(id));
 
-    // Each duplicate is read again by the partition's next owner: its cause is how the owner before it lost it.
-    const owners = ownership(incarnations);
+    // Each duplicate is read again by the partition's next owner: its cause is how the first process that archived it
+    // lost the partition.
+    const owned = ownership(incarnations);
     const causes = new Map<string, number>();
     const evidence: string[] = [];
     let duplicated = 0;
@@ -367,7 +394,7 @@ test(
       const extra = n - (rec?.count ?? 0);
       if (rec === undefined || extra <= 0) continue;
       duplicated += extra;
-      const cause = duplicateCause(rec, owners, events);
+      const cause = duplicateCause(rec, copies.get(id) ?? [], owned, events);
       causes.set(cause, (causes.get(cause) ?? 0) + extra);
       if (evidence.filter((e) => e.startsWith(cause)).length < 3)
         evidence.push(`${cause}: id ${id} partition ${rec.partition} offset ${rec.offset}`);
@@ -384,11 +411,14 @@ test(
     const dropped = new Map<string, number>();
     let deadLettered = 0;
     let revokeDiscarded = 0;
+    const handOvers = { done: 0, cut_short: 0 };
     for (const inc of incarnations) {
       for (const m of inc.metrics.matchAll(/^messages_dropped_total\{reason="([^"]*)"\} (\S+)$/gm))
         dropped.set(m[1] ?? "", (dropped.get(m[1] ?? "") ?? 0) + Number(m[2]));
       deadLettered += metricValue(inc.metrics, "messages_dlq_total");
       revokeDiscarded += metricValue(inc.metrics, "transport_revoke_discarded_total");
+      for (const m of inc.metrics.matchAll(/^transport_handovers_total\{outcome="(done|cut_short)"\} (\S+)$/gm))
+        handOvers[m[1] as keyof typeof handOvers] += Number(m[2]);
     }
 
     const table = [
@@ -405,6 +435,7 @@ test(
       ["duplicated", `${duplicated} (${[...causes].map(([c, n]) => `${c} ${n}`).join(", ") || "none"})`],
       ["dead-lettered", String(deadLettered)],
       ["dropped by reason", [...dropped].map(([r, n]) => `${r} ${n}`).join(", ") || "none"],
+      ["revocations handed over (done / cut short at the bound)", `${handOvers.done} / ${handOvers.cut_short}`],
       ["discarded at revoke (read again by the next owner)", String(revokeDiscarded)],
       ["faults injected", FAULT_KINDS.map((k) => `${k} ${injected[k]}`).join(", ")],
       [
@@ -431,6 +462,10 @@ test(
     assert.equal(misrouted, 0, "every record is in its own destination");
     assert.deepEqual(committed, end, "offsets committed to the end");
     assert.equal(causes.get("no ownership change") ?? 0, 0, "a record archived twice without being read twice");
+    assert.equal(causes.get("no hold of an archiving process") ?? 0, 0, "every copy traced to its writer's hold");
+    // A clean SIGTERM or revocation hands its partitions over committed: nothing it archived is read again.
+    const clean = [...causes].filter(([c]) => c.includes("a clean"));
+    assert.deepEqual(clean, [], `duplicates after a clean hand-over:\n${evidence.join("\n")}`);
     assert.equal(stagedLeft, 0, "the base replicas drained every staged file");
     assert.equal(quarantined, 0, "nothing quarantined");
     assert.equal(
@@ -454,49 +489,107 @@ function metricValue(text: string, name: string): number {
   return sum;
 }
 
-/** Per partition, when each process was handed it (from its "partitions assigned" log lines), in time order. */
-function ownership(incarnations: readonly Incarnation[]): Map<number, { at: number; owner: Incarnation }[]> {
-  const out = new Map<number, { at: number; owner: Incarnation }[]>();
+/** The instance ids a process names its files with: its log says each as a pipeline starts (a restart in place too). */
+function instancesOf(inc: Incarnation): string[] {
+  return [...inc.run.output().matchAll(/"instanceId":"([0-9a-f]+)"/g)].map((m) => m[1] ?? "");
+}
+
+/**
+ * A process's hold on a partition: from its assignment until a revocation (a rebalance's, handed over; or one a lost
+ * membership found at its next join), its signal, or its exit, whichever came first (`end` undefined: held to the
+ * end).
+ */
+interface Ownership {
+  readonly owner: Incarnation;
+  readonly start: number;
+  end?: number;
+  /** What ended it: a revocation, or the signal the test sent. */
+  endedBy?: "revoke" | NodeJS.Signals;
+}
+
+/** Per partition, every process's holds on it, by start, from the "partitions assigned" and "revoked" log lines. */
+function ownership(incarnations: readonly Incarnation[]): Map<number, Ownership[]> {
+  const out = new Map<number, Ownership[]>();
   for (const inc of incarnations) {
+    const open = new Map<number, Ownership>();
+    const end = (p: number, at: number, by: Ownership["endedBy"]) => {
+      const o = open.get(p);
+      if (o === undefined) return;
+      o.end = at;
+      o.endedBy = by;
+      open.delete(p);
+    };
     for (const line of inc.run.output().split("\n")) {
-      if (!line.includes('"partitions assigned"')) continue;
-      const e = JSON.parse(line) as { time: string; assigned?: { partitions: number[] }[] };
+      if (!line.includes('"partitions assigned"') && !line.includes('"partitions revoked')) continue;
+      const e = JSON.parse(line) as {
+        time: string;
+        assigned?: { partitions: number[] }[];
+        revoked?: { partition: number }[];
+      };
+      const at = Date.parse(e.time);
+      // A signalled process's revocations belong to its drain: the signal ended its hold.
+      const by = inc.signalAt !== undefined && inc.signalAt <= at ? inc.signal : "revoke";
+      for (const r of e.revoked ?? []) end(r.partition, at, by);
       for (const a of e.assigned ?? [])
         for (const p of a.partitions) {
+          const o: Ownership = { owner: inc, start: at };
+          open.set(p, o);
           const list = out.get(p) ?? [];
-          list.push({ at: Date.parse(e.time), owner: inc });
+          list.push(o);
           out.set(p, list);
         }
     }
+    // A drained process holds its partitions until it leaves the group, at its exit; a killed one, until the kill.
+    const last = inc.signal === "SIGKILL" ? inc.signalAt : (inc.exitAt ?? inc.signalAt);
+    if (last !== undefined) for (const p of [...open.keys()]) end(p, last, inc.signal);
   }
-  for (const list of out.values()) list.sort((a, b) => a.at - b.at);
+  for (const list of out.values()) list.sort((a, b) => a.start - b.start);
   return out;
 }
 
 /**
- * Why a record was read twice: the first hand-over of its partition after it was produced, and what the owner before
- * it went through -- killed, stopped (SIGTERM), or left running and revoked in a rebalance (a storm's join or leave, a
- * broker restart, a session that timed out).
+ * Why a record was archived twice: how the first process that archived it lost its partition -- killed, stopped
+ * (SIGTERM: its drain), or left running and revoked in a rebalance (a storm's join or leave, a broker restart, a
+ * session that timed out). A SIGTERM or a revocation hands the partition over having committed all it archived of
+ * it, unless a fault kept that from landing within the hand-over's bound (see excuse): a duplicate after a clean one
+ * is a defect.
  */
 function duplicateCause(
   rec: { partition: number; at: number },
-  owners: Map<number, { at: number; owner: Incarnation }[]>,
-  events: readonly { at: number; kind: FaultKind; target?: string }[],
+  writers: readonly (Incarnation | undefined)[],
+  owned: Map<number, Ownership[]>,
+  events: readonly FaultEvent[],
 ): string {
-  const list = owners.get(rec.partition) ?? [];
-  const i = list.findIndex((o) => o.at > rec.at);
-  const next = list[i];
-  if (next === undefined) return "no ownership change";
-  const prev = list[i - 1]?.owner;
-  if (prev === undefined) return "first owner";
-  // The signal, when one took the partition away, came before the hand-over. A drained process hands its partitions
-  // over as it leaves the group, after its last commit; one a rebalance took while it drained had them revoked.
-  if (prev.signalAt !== undefined && prev.signalAt <= next.at) {
-    if (prev.signal === "SIGKILL") return "re-read after SIGKILL";
-    return prev.exitAt !== undefined && prev.exitAt <= next.at
-      ? "re-read after a drained exit (SIGTERM)"
-      : "re-read after revoke while draining (SIGTERM)";
+  const list = owned.get(rec.partition) ?? [];
+  // The first hold of an archiving process that was still on when the record was produced, or began after.
+  const first = list.find((o) => writers.includes(o.owner) && (o.end === undefined || o.end > rec.at));
+  if (first === undefined) return "no hold of an archiving process";
+  if (first.end === undefined) return "no ownership change";
+  if (first.endedBy === "SIGKILL") return "re-read after SIGKILL";
+  // A drain's hand-over runs from the signal, its uploads for UPLOAD_DRAIN_MS; a revocation's from the revocation,
+  // for HANDOVER_MS; the next owner takes the partition once it has ended.
+  const drain = first.endedBy === "SIGTERM";
+  const from = drain ? (first.owner.signalAt ?? first.end) : first.end;
+  const during = excuse(first.owner, from, from + (drain ? UPLOAD_DRAIN_MS : HANDOVER_MS), events);
+  const what = drain ? "SIGTERM" : "revoke";
+  return during === undefined ? `re-read after a clean ${what}` : `re-read after ${what} during ${during}`;
+}
+
+/**
+ * A fault that can keep a hand-over begun at `from` from landing by `deadline`: the store (or the owner's own spool)
+ * away during it, or the broker away at any point until its last commit. Only during: with the store back as it
+ * began, a drain has 20 s for its uploads (a store back 0.6 s before a drain began once hid a drain that committed
+ * nothing).
+ */
+function excuse(prev: Incarnation, from: number, deadline: number, events: readonly FaultEvent[]): string | undefined {
+  for (const e of events) {
+    const end = e.end ?? Infinity;
+    const during = e.at <= deadline && end >= from;
+    if (e.kind === "minio-outage" && during) return "a MinIO outage";
+    if (e.kind === "spool-full" && e.target === prev.name && during) return "its spool full";
+    // After a restart the coordinator loads and the sessions it cut short run out before commits land again.
+    if (e.kind === "broker-restart" && e.at <= deadline + DRAIN_COMMIT_MS && end + SESSION_TIMEOUT_MS >= from)
+      return "a broker restart";
   }
-  const broker = events.some((e) => e.kind === "broker-restart" && e.at <= next.at && e.at > rec.at);
-  return broker ? "re-read after revoke (broker restart)" : "re-read after revoke (rebalance)";
+  return undefined;
 }

@@ -133,6 +133,9 @@ export class Pipeline implements TransportSink {
     });
     const parsed = parsePathTemplate(cfg.archive.path_template);
     if ("error" in parsed) throw new ConfigError("archive.path_template", `unknown token ${parsed.error}`);
+    const instanceId = deps.instanceId ?? randomBytes(3).toString("hex");
+    // Which process wrote a file, by its name (e2e/chaos traces each duplicate to the processes that archived it).
+    this.#log.info({ instanceId }, "archive file names end in -<seq>-<instance id>_<writer>");
     this.#writers = createWriterPool<Hold>({
       store: deps.store.store,
       parts: parsed.parts,
@@ -140,7 +143,7 @@ export class Pipeline implements TransportSink {
       rollSizeBytes: cfg.archive.roll_size_bytes,
       rollIntervalSecs: cfg.archive.roll_interval_secs,
       maxWriters: cfg.archive.max_writers,
-      instanceId: deps.instanceId ?? randomBytes(3).toString("hex"),
+      instanceId,
       codecName: codec.name,
       metrics: this.#m,
       merge: (into, from) => tracker.merge(into, from),
