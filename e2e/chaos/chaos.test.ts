@@ -25,10 +25,10 @@ import {
   tmpfsDir,
   waitCommittedToEnd,
   waitFor,
-  type RunningArchiver,
 } from "../support/archiver.ts";
 import { random } from "../support/random.ts";
 import { UPLOAD_DRAIN_MS } from "../../runtime/src/store/staging.ts";
+import type { Incarnation as Run } from "./incarnation.ts";
 import { FAULT_KINDS, describe, schedule, type Fault, type FaultKind } from "./schedule.ts";
 
 const SOAK_S = Number(process.env["DFE_ARCHIVER_SOAK_S"] ?? "0");
@@ -58,14 +58,7 @@ interface FaultEvent {
 }
 
 /** One run of a replica's process. */
-interface Incarnation {
-  readonly name: string;
-  readonly run: RunningArchiver;
-  /** The signal the test sent it, once it did, and when. */
-  signal?: NodeJS.Signals;
-  signalAt?: number;
-  exit?: number | string;
-  exitAt?: number;
+interface Incarnation extends Run {
   /** Its last /metrics text. */
   metrics: string;
 }

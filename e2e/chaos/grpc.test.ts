@@ -12,17 +12,10 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { status, type ServiceError } from "@grpc/grpc-js";
 import { minioArchive, minioBucket, need, s3Client } from "../support/testbed.ts";
-import {
-  filesUnder,
-  freePort,
-  linesOf,
-  readBucket,
-  startArchiver,
-  tempDir,
-  type RunningArchiver,
-} from "../support/archiver.ts";
+import { filesUnder, freePort, linesOf, readBucket, startArchiver, tempDir } from "../support/archiver.ts";
 import { random } from "../support/random.ts";
 import { connectPush, pushWithRetry, type PushClient } from "../../runtime/src/transport/push-client.ts";
+import type { Incarnation } from "./incarnation.ts";
 import { describe, schedule } from "./schedule.ts";
 
 const SEED = Number(process.env["DFE_ARCHIVER_CHAOS_SEED"] ?? Math.floor(Math.random() * 2 ** 31));
@@ -40,14 +33,6 @@ const FLUSH_AGE_S = 1;
  * uploaded by the restart.
  */
 const LOSS_WINDOW_MS = (ROLL_S + 1 + FLUSH_AGE_S + 3) * 1000;
-
-interface Incarnation {
-  readonly name: string;
-  readonly run: RunningArchiver;
-  signal?: NodeJS.Signals;
-  signalAt?: number;
-  exit?: number | string;
-}
 
 interface Replica {
   readonly name: string;
