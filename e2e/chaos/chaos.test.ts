@@ -175,10 +175,23 @@ test(
     const acked = new Set<number>();
     let producing = true;
     t.after(() => (producing = false));
+    /** Failed sends, by error message. */
+    const sendErrors = new Map<string, number>();
     const producer = (async () => {
       const rnd = random(SEED ^ 0x5eed);
-      const p = kafka("chaos-producer").producer({ idempotent: true, maxInFlightRequests: 1 });
-      await p.connect();
+      const connected = async () => {
+        for (;;) {
+          const fresh = kafka("chaos-producer").producer({ idempotent: true, maxInFlightRequests: 1 });
+          try {
+            await fresh.connect();
+            return fresh;
+          } catch {
+            if (!producing) return fresh;
+            await sleep(500);
+          }
+        }
+      };
+      let p = await connected();
       let next = 0;
       let unsent: { id: number; partition: number; value: string }[] = [];
       const from = Date.now();
@@ -199,9 +212,15 @@ test(
             });
             for (const m of batch) acked.add(m.id);
             unsent = [];
-          } catch {
-            // The broker is away: the same records again next time (one may land twice; the topic read back says).
+          } catch (err) {
+            // The broker is away, or it came back and the producer fails every send since (a soak's sent nothing
+            // after its first broker restart): the same records again, from a new producer (one may land twice; the
+            // topic read back says).
+            const why = (err as Error).message;
+            sendErrors.set(why, (sendErrors.get(why) ?? 0) + 1);
+            await p.disconnect().catch(() => undefined);
             await sleep(500);
+            p = await connected();
           }
         }
         await sleep(100);
@@ -424,6 +443,7 @@ test(
         "produced (on the topic)",
         `${onTopic.size} (${sent} sent, ${acked.size} acknowledged, ${inTopic.length - onTopic.size} written twice by producer retries)`,
       ],
+      ["failed sends (the producer's view)", [...sendErrors].map(([why, n]) => `${n}x ${why}`).join("; ") || "none"],
       ["archived (distinct)", `${onTopic.size - missing.length} in ${lines} lines, ${objects.length} objects`],
       ["duplicated", `${duplicated} (${[...causes].map(([c, n]) => `${c} ${n}`).join(", ") || "none"})`],
       ["dead-lettered", String(deadLettered)],
