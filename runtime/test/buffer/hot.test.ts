@@ -327,6 +327,39 @@ test("a revoked partition's spilled records are read back and discarded with the
   assert.equal(spill.bytes, 0);
 });
 
+test("a revoked partition's hand-over flushes its spilled records too, those in memory of another slot", async (t) => {
+  const spill = spillFor(t);
+  // A 100-byte bound: the third record relieves it down to 75 by spilling "d" (46 bytes) and "f" (45), slot b's.
+  const { p, flushed, tracker } = pool({ capBytes: 200, spill });
+  const a = tracker.slot("t", 0);
+  const b = tracker.slot("t", 1);
+  p.add("d", b, rec(0, "d".repeat(45)));
+  p.add("f", b, rec(1, "f".repeat(44)));
+  p.add("e", a, rec(2, "e".repeat(30)));
+  assert.equal(flushed.length, 0);
+  assert.equal(p.stats().records, 3);
+  // In memory "d" now holds slot a alone, and "f" nothing: only their spilled records are slot b's.
+  p.add("d", a, rec(3, "tail"));
+  // Not waiting for the spill's writes: the flush's read waits for them. Least recently used first: "f", then "d".
+  p.flushSlots(new Set([b]));
+  assert.deepEqual(
+    flushed.map((x) => [x.destination, x.trigger, x.records, x.spilled.length]),
+    [
+      ["f", "revoke", 1, 1],
+      ["d", "revoke", 2, 1],
+    ],
+  );
+  const read = await Promise.all(flushed.map(async (x) => Buffer.concat(await flushPieces(x, spill)).toString()));
+  assert.deepEqual(read, [`${"f".repeat(44)}\n`, `${"d".repeat(45)}\ntail\n`]);
+  assert.deepEqual(
+    flushed.map((x) => x.hold.slots),
+    [[b], [b, a]],
+  );
+  assert.deepEqual(p.stats(), { buffers: 1, bytes: 31, records: 1 }, "slot a's own buffer stays");
+  for (const x of flushed) releaseFlush(x, spill);
+  assert.equal(spill.bytes, 0);
+});
+
 test("spill files are unlinked once open, and reads wait within the read cap", async (t) => {
   const dir = mkdtempSync(join(tmpdir(), "dfe-spill-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
