@@ -74,6 +74,7 @@ async function child(client: string, brokers: string, topic: string, records: nu
     groupId: `${topic}-${client}-${process.pid}`,
     topics: [topic],
     sessionTimeoutMs: 30_000,
+    rebalanceTimeoutMs: 60_000,
     // What the runtime's defaults give (batch_size 10,000 at about a kilobyte a record).
     maxBytesPerPartition: 10_000 * 1024,
     batchRecords: 10_000,

@@ -209,6 +209,11 @@ const kafkaSchema = z
     session_timeout_ms: count()
       .default(30000)
       .describe("Consumer group session timeout in milliseconds; past it the broker rebalances the partitions."),
+    rebalance_timeout_ms: count()
+      .default(60000)
+      .describe(
+        "How long a rebalance waits for members to join again, in milliseconds (at least session_timeout_ms); a revoked partition's hand-over gets this less two heartbeat intervals.",
+      ),
     acknowledgements: z
       .strictObject({
         enabled: z
@@ -222,6 +227,13 @@ const kafkaSchema = z
       .describe("End-to-end acknowledgement of records to the broker."),
   })
   .superRefine((v, ctx) => {
+    if (v.rebalance_timeout_ms < v.session_timeout_ms)
+      ctx.addIssue({
+        code: "custom",
+        path: ["rebalance_timeout_ms"],
+        input: v.rebalance_timeout_ms,
+        message: `is ${v.rebalance_timeout_ms}, below session_timeout_ms (${v.session_timeout_ms}); set it to at least ${v.session_timeout_ms}`,
+      });
     if (v.sasl_mechanism === undefined) return;
     for (const key of ["sasl_username", "sasl_password"] as const)
       if (v[key] === undefined)

@@ -112,6 +112,7 @@ export class KafkaTransport implements Transport {
     const c = this.#kafka.consumer({
       groupId: opts.groupId,
       sessionTimeout: opts.sessionTimeoutMs,
+      rebalanceTimeout: opts.rebalanceTimeoutMs,
       heartbeatInterval: Math.max(1000, Math.floor(opts.sessionTimeoutMs / 10)),
       maxBytesPerPartition: opts.maxBytesPerPartition,
       maxBytes: opts.maxBytes,

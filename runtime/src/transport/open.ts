@@ -50,6 +50,7 @@ async function kafkaTransport(
     sasl,
     ssl,
     sessionTimeoutMs: k.session_timeout_ms,
+    rebalanceTimeoutMs: k.rebalance_timeout_ms,
     ...fetchBytes(k.batch_size, memory.bytes),
     batchRecords: k.batch_size,
     log,

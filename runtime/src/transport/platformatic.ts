@@ -8,7 +8,8 @@
 // A partition a rebalance revokes is handed over (see TransportSink.onRevoked): the library asks for the subscription's
 // user data (protocolsMetadata) before each JoinGroup, and the revoke round's rejoin is held there until the sink has
 // committed what it received of the partition, or the bound ran out. Until this member rejoins, the group hands the
-// partition to no one, so its next owner reads from a committed offset that covers everything archived.
+// partition to no one, so its next owner reads from a committed offset that covers everything archived. The library
+// sends no heartbeat while its rejoin waits, so the transport sends them meanwhile (#keepAlive).
 import {
   Admin,
   COOPERATIVE_STICKY_ASSIGNOR,
@@ -17,6 +18,7 @@ import {
   FetchIsolationLevels,
   ListOffsetTimestamps,
   findErrorBy,
+  heartbeatV4,
   type ClusterMetadata,
   type ConsumerGroupJoinPayload,
   type SASLOptions,
@@ -42,6 +44,8 @@ const BUSY_WAIT_MS = 20;
 /** Pause before fetching again after a failed fetch, offset lookup or sink batch. */
 const RETRY_MS = 1000;
 const OFFSET_OUT_OF_RANGE = 1;
+/** Heartbeat answers that this member left the group or its generation (a session that ran out, a rebalance done). */
+const GONE = ["UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION", "FENCED_INSTANCE_ID"];
 /** The subscription's user data: none (the cooperative assignor's owned partitions and generation have fields). */
 const NO_USER_DATA = Buffer.alloc(0);
 const FIRST_FETCH_BYTES = 256 << 10;
@@ -103,8 +107,14 @@ export class PlatformaticKafkaTransport implements Transport {
   #generation = 0;
   /** Hand-overs running: the group is joined again only once they settle. */
   readonly #handOvers = new Set<Promise<unknown>>();
-  /** A hand-over's bound: heartbeats stop while the rejoin waits for it, so it ends well within the session. */
+  /**
+   * A hand-over's bound: the rebalance timeout less two heartbeat intervals, so a rebalance another member starts
+   * meanwhile still finds this member's JoinGroup in time (it learns of it at its next heartbeat).
+   */
   readonly #handOverMs: number;
+  readonly #heartbeatMs: number;
+  /** Aborted by close: a hand-over still running ends, its heartbeats with it. */
+  readonly #closing = new AbortController();
   #receiving = false;
   #closed = false;
   #pumping = false;
@@ -115,13 +125,14 @@ export class PlatformaticKafkaTransport implements Transport {
     this.#opts = opts;
     const connection = connectionOptions(opts);
     const heartbeatInterval = Math.max(1000, Math.floor(opts.sessionTimeoutMs / 10));
-    this.#handOverMs = Math.max(1000, opts.sessionTimeoutMs - 2 * heartbeatInterval);
+    this.#heartbeatMs = heartbeatInterval;
+    this.#handOverMs = Math.max(1000, opts.rebalanceTimeoutMs - 2 * heartbeatInterval);
     this.#consumer = new Consumer({
       clientId: opts.clientId,
       bootstrapBrokers: [...opts.brokers],
       groupId: opts.groupId,
       sessionTimeout: opts.sessionTimeoutMs,
-      rebalanceTimeout: Math.max(60_000, opts.sessionTimeoutMs),
+      rebalanceTimeout: opts.rebalanceTimeoutMs,
       heartbeatInterval,
       autocommit: false,
       autocreateTopics: false,
@@ -296,7 +307,8 @@ export class PlatformaticKafkaTransport implements Transport {
     const refs = revoked.map((st) => ({ topic: st.topic, partition: st.partition }));
     this.#opts.log.info({ revoked: refs }, "partitions revoked: handing them over");
     for (const st of revoked) st.handing = true;
-    const bound = AbortSignal.timeout(this.#handOverMs);
+    const gone = new AbortController();
+    const bound = AbortSignal.any([AbortSignal.timeout(this.#handOverMs), gone.signal, this.#closing.signal]);
     const handed = Promise.race([Promise.resolve(sink.onRevoked(refs, bound)), once(bound, "abort")])
       .catch((err: unknown) => this.#opts.log.error({ err, revoked: refs }, "hand-over failed"))
       .finally(() => {
@@ -304,6 +316,47 @@ export class PlatformaticKafkaTransport implements Transport {
         this.#handOvers.delete(handed);
       });
     this.#handOvers.add(handed);
+    void this.#keepAlive(handed, gone);
+  }
+
+  /**
+   * Heartbeats, a heartbeat interval apart, until `handing` settles. Without them the session ran out first, so a
+   * hand-over had the session less two heartbeats: at the chaos test's 10 s session, 8 s, too little to upload the
+   * files of a partition its owner had just caught up on. One answered "no longer a member" aborts `gone`: the
+   * hand-over's commits would be refused too.
+   */
+  async #keepAlive(handing: Promise<unknown>, gone: AbortController): Promise<void> {
+    let settled = false;
+    void handing.finally(() => (settled = true));
+    for (;;) {
+      await Promise.race([sleep(this.#heartbeatMs), handing]);
+      if (settled) return;
+      try {
+        await this.#heartbeat();
+      } catch (err) {
+        if (GONE.some((code) => findErrorBy(err as Error, "apiId", code) !== null)) {
+          this.#opts.log.warn({ err }, "no longer a member of the group: the hand-over ends");
+          gone.abort(err);
+          return;
+        }
+        // The coordinator away or moving: its session runs on, and the next heartbeat may land.
+        this.#opts.log.debug({ err }, "hand-over heartbeat failed");
+      }
+    }
+  }
+
+  /** One heartbeat to the group's coordinator, as this member in its generation; a rebalance in progress is fine. */
+  async #heartbeat(): Promise<void> {
+    const c = this.#consumer;
+    const node = await c.findGroupCoordinator();
+    const broker = (c.currentMetadata ?? (await c.metadata({ topics: [] }))).brokers.get(node);
+    if (broker === undefined) throw new Error(`the group coordinator ${node} is not in the metadata`);
+    const connection = await this.#fetchPool.get(broker);
+    try {
+      await heartbeatV4.api.async(connection, c.groupId, c.generationId, c.memberId ?? "", c.groupInstanceId);
+    } catch (err) {
+      if (findErrorBy(err as Error, "apiId", "REBALANCE_IN_PROGRESS") === null) throw err;
+    }
   }
 
   /** The subscription's user data, once every hand-over running has settled. */
@@ -643,6 +696,7 @@ export class PlatformaticKafkaTransport implements Transport {
 
   async close(): Promise<void> {
     this.#receiving = false;
+    this.#closing.abort(new Error("the transport is closing"));
     await this.#subscription.stop();
     this.#closed = true;
     // A fetch in flight returns within MAX_WAIT_MS (a caught-up long poll, 34-112 ms still to run at the end of a

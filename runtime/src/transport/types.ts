@@ -18,7 +18,7 @@ export interface TransportSink {
   /**
    * Partitions taken away (a rebalance, or their topic left the subscription). Without `handOver` they are gone
    * already: nothing of them may be committed. With it the transport lets them go only once the returned promise
-   * settles, or once `handOver` aborts at the bound it sets (within the session timeout): it fetches nothing more of
+   * settles, or once `handOver` aborts at the bound it sets (within the rebalance timeout): it fetches nothing more of
    * them, and commits of them still land meanwhile, so the sink commits what it received of them first and their next
    * owner reads none of it again.
    */
@@ -51,6 +51,8 @@ export interface KafkaTransportOptions {
   sasl?: { mechanism: "plain" | "scram-sha-256" | "scram-sha-512"; username: string; password: string } | undefined;
   ssl?: ConnectionOptions | boolean | undefined;
   sessionTimeoutMs: number;
+  /** How long a rebalance waits for members to join again; bounds a revoked partition's hand-over. */
+  rebalanceTimeoutMs: number;
   /** Bytes fetched per partition per request at most: sets the size of a batch. */
   maxBytesPerPartition: number;
   /** Records a partition's fetch aims at (kafka.batch_size), where the client sizes fetches by records. */

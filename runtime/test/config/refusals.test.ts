@@ -47,6 +47,12 @@ const cases: Case[] = [
     says: ["relative, with no . or .. segment"],
   },
   {
+    name: "rebalance_timeout_ms below session_timeout_ms",
+    yaml: "kafka: { session_timeout_ms: 45000, rebalance_timeout_ms: 30000 }",
+    key: "kafka.rebalance_timeout_ms",
+    says: ["is 30000, below session_timeout_ms (45000)", "at least 45000"],
+  },
+  {
     name: "multipart_chunk_size under 5 MiB, from the file",
     yaml: "archive: { multipart_chunk_size: 5242879 }",
     key: "archive.multipart_chunk_size",

@@ -91,6 +91,7 @@ function harness(t: TestContext, client: keyof typeof CLIENTS, prefix: string): 
     },
     topicsSubscribed: metrics.topicsSubscribed,
     sessionTimeoutMs: 10_000,
+    rebalanceTimeoutMs: 60_000,
     maxBytesPerPartition: 1 << 20,
     batchRecords: 10_000,
     maxBytes: 8 << 20,
