@@ -44,8 +44,11 @@ const PARTITIONS = 12;
 const DESTINATIONS = SOAK ? 300 : 200;
 const RATE = 300; // records a second
 const SESSION_TIMEOUT_MS = 10_000;
-/** A revocation's hand-over bound: the session less two heartbeat intervals (a second each at this session). */
-const HANDOVER_MS = SESSION_TIMEOUT_MS - 2_000;
+/**
+ * A revocation's hand-over bound: the rebalance timeout (kafka.rebalance_timeout_ms, 60 s by default) less two
+ * heartbeat intervals (a second each at this session).
+ */
+const HANDOVER_MS = 60_000 - 2_000;
 /** The drain's last commit is retried this long after its uploads' grace (pipeline.ts DRAIN_COMMIT_MS). */
 const DRAIN_COMMIT_MS = 10_000;
 
@@ -518,6 +521,10 @@ interface Ownership {
   end?: number;
   /** What ended it: a revocation, or the signal the test sent. */
   endedBy?: "revoke" | NodeJS.Signals;
+  /** A revocation's hand-over, from its start to its outcome (none logged: the process ended first). */
+  handOver?: "running" | "done" | "cut_short";
+  /** When its outcome was logged. */
+  handOverEnd?: number;
 }
 
 /** Per partition, every process's holds on it, by start, from the "partitions assigned" and "revoked" log lines. */
@@ -532,17 +539,43 @@ function ownership(incarnations: readonly Incarnation[]): Map<number, Ownership[
       o.endedBy = by;
       open.delete(p);
     };
+    /** Per partition, its last hold ended by a revocation, until the hand-over's outcome is logged. */
+    const handing = new Map<number, Ownership>();
     for (const line of inc.run.output().split("\n")) {
+      const outcome = line.includes('"revoked partitions handed over: committed"')
+        ? "done"
+        : line.includes("hand-over cut short at its bound")
+          ? "cut_short"
+          : undefined;
+      if (outcome !== undefined) {
+        const e = JSON.parse(line) as { time: string; partitions: { partition: number }[] };
+        for (const r of e.partitions) {
+          const o = handing.get(r.partition);
+          if (o === undefined) continue;
+          o.handOver = outcome;
+          o.handOverEnd = Date.parse(e.time);
+          handing.delete(r.partition);
+        }
+        continue;
+      }
       if (!line.includes('"partitions assigned"') && !line.includes('"partitions revoked')) continue;
       const e = JSON.parse(line) as {
         time: string;
+        msg: string;
         assigned?: { partitions: number[] }[];
         revoked?: { partition: number }[];
       };
       const at = Date.parse(e.time);
       // A signalled process's revocations belong to its drain: the signal ended its hold.
       const by = inc.signalAt !== undefined && inc.signalAt <= at ? inc.signal : "revoke";
-      for (const r of e.revoked ?? []) end(r.partition, at, by);
+      for (const r of e.revoked ?? []) {
+        const o = open.get(r.partition);
+        end(r.partition, at, by);
+        if (o !== undefined && e.msg.endsWith("handing them over")) {
+          o.handOver = "running";
+          handing.set(r.partition, o);
+        }
+      }
       for (const a of e.assigned ?? [])
         for (const p of a.partitions) {
           const o: Ownership = { owner: inc, start: at };
@@ -579,23 +612,37 @@ function duplicateCause(
   if (first === undefined) return "no hold of an archiving process";
   if (first.end === undefined) return "no ownership change";
   if (first.endedBy === "SIGKILL") return "re-read after SIGKILL";
-  // A drain's hand-over runs from the signal, its uploads for UPLOAD_DRAIN_MS; a revocation's from the revocation,
-  // for HANDOVER_MS; the next owner takes the partition once it has ended.
+  // Killed before its hand-over committed: the kill, not the revocation, left the partition uncommitted.
+  if (first.handOver === "running" && first.owner.signal === "SIGKILL") return "re-read after SIGKILL mid hand-over";
+  // A drain's hand-over runs from the signal, its uploads for UPLOAD_DRAIN_MS; a revocation's from the revocation
+  // until its outcome (at most HANDOVER_MS; one a lost membership found at a join has none); the next owner takes the
+  // partition once it has ended.
   const drain = first.endedBy === "SIGTERM";
   const from = drain ? (first.owner.signalAt ?? first.end) : first.end;
-  const during = excuse(first.owner, from, from + (drain ? UPLOAD_DRAIN_MS : HANDOVER_MS), events);
+  const until = drain ? from + UPLOAD_DRAIN_MS : (first.handOverEnd ?? from + HANDOVER_MS);
+  // One handed over committed everything it received: only a commit the broker lost in a restart is read again.
+  const kinds: readonly FaultKind[] =
+    first.handOver === "done" ? ["broker-restart"] : ["minio-outage", "spool-full", "broker-restart"];
+  const during = excuse(first.owner, from, until, events, kinds);
   const what = drain ? "SIGTERM" : "revoke";
   return during === undefined ? `re-read after a clean ${what}` : `re-read after ${what} during ${during}`;
 }
 
 /**
- * A fault that can keep a hand-over begun at `from` from landing by `deadline`: the store (or the owner's own spool)
- * away during it, or the broker away at any point until its last commit. Only during: with the store back as it
- * began, a drain has 20 s for its uploads (a store back 0.6 s before a drain began once hid a drain that committed
- * nothing).
+ * A fault of `kinds` that can keep a hand-over begun at `from` from landing by `deadline`: the store (or the owner's
+ * own spool) away during it, or the broker away at any point until its last commit. Only during: with the store back
+ * as it began, a drain has 20 s for its uploads (a store back 0.6 s before a drain began once hid a drain that
+ * committed nothing).
  */
-function excuse(prev: Incarnation, from: number, deadline: number, events: readonly FaultEvent[]): string | undefined {
+function excuse(
+  prev: Incarnation,
+  from: number,
+  deadline: number,
+  events: readonly FaultEvent[],
+  kinds: readonly FaultKind[],
+): string | undefined {
   for (const e of events) {
+    if (!kinds.includes(e.kind)) continue;
     const end = e.end ?? Infinity;
     const during = e.at <= deadline && end >= from;
     if (e.kind === "minio-outage" && during) return "a MinIO outage";
