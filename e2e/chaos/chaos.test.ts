@@ -5,7 +5,7 @@
 // from handing its partitions over committed; offsets are committed to the end; no process exited on its own.
 // The Kafka and the MinIO are the test's own (the testbed's jars and binary): restarting the shared ones would break
 // the tests other people run. The default size runs in about 3 minutes; DFE_ARCHIVER_SOAK_S=1800 npm run soak runs a
-// 30-minute window. DFE_ARCHIVER_CHAOS_SEED replays a schedule.
+// 30-minute window. DFE_ARCHIVER_CHAOS_SEED replays a schedule (see FOUND_DEFECT_SEED for the default).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
@@ -34,7 +34,16 @@ import { FAULT_KINDS, describe, schedule, type Fault, type FaultKind } from "./s
 const SOAK_S = Number(process.env["DFE_ARCHIVER_SOAK_S"] ?? "0");
 const SOAK = SOAK_S > 0;
 const WINDOW_MS = (SOAK ? SOAK_S : 90) * 1000;
-const SEED = Number(process.env["DFE_ARCHIVER_CHAOS_SEED"] ?? Math.floor(Math.random() * 2 ** 31));
+/**
+ * The schedule npm test runs: 2024 found a defect. A storm replica caught up on 45 s of backlog after a broker restart,
+ * and a rebalance 1.2 s later revoked partitions whose ~200 files it could not upload within a hand-over bound of 8 s
+ * (the session less two heartbeats); their next owners read 3,852 records again. Its kills mid hand-over also exercise
+ * the account. The soak, and DFE_ARCHIVER_CHAOS_SEED=random, draw a seed.
+ */
+const FOUND_DEFECT_SEED = 2024;
+const SEED_ENV = process.env["DFE_ARCHIVER_CHAOS_SEED"] ?? (SOAK ? "random" : String(FOUND_DEFECT_SEED));
+const SEED = SEED_ENV === "random" ? Math.floor(Math.random() * 2 ** 31) : Number(SEED_ENV);
+if (!Number.isInteger(SEED)) throw new Error(`DFE_ARCHIVER_CHAOS_SEED is "${SEED_ENV}": set an integer, or random`);
 /** Only these kinds of the schedule run (comma-separated), to replay one kind alone. */
 const KINDS = process.env["DFE_ARCHIVER_CHAOS_KINDS"]?.split(",");
 /** A directory each process's output is written to at the end, for the evidence behind a duplicate. */
