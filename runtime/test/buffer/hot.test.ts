@@ -306,11 +306,15 @@ test("past the bound buffers spill rather than flush, and their flush reads the 
   assert.equal(spill.bytes, 0, "released segments leave nothing spilled");
 });
 
-test("a revoked partition's spilled records are read back and discarded with the rest", async (t) => {
+/** A pool whose bound spills (a 200-byte cap: a 100-byte bound), and two partition slots of its tracker. */
+function spillingPool(t: { after: (fn: () => void) => void }) {
   const spill = spillFor(t);
   const { p, flushed, tracker } = pool({ capBytes: 200, spill });
-  const a = tracker.slot("t", 0);
-  const b = tracker.slot("t", 1);
+  return { spill, p, flushed, a: tracker.slot("t", 0), b: tracker.slot("t", 1) };
+}
+
+test("a revoked partition's spilled records are read back and discarded with the rest", async (t) => {
+  const { spill, p, flushed, a, b } = spillingPool(t);
   p.add("d", a, rec(0, "a".repeat(40)));
   p.add("d", b, rec(1, "b".repeat(40)));
   p.add("e", a, rec(2, "e".repeat(40)));
@@ -328,11 +332,8 @@ test("a revoked partition's spilled records are read back and discarded with the
 });
 
 test("a revoked partition's hand-over flushes its spilled records too, those in memory of another slot", async (t) => {
-  const spill = spillFor(t);
-  // A 100-byte bound: the third record relieves it down to 75 by spilling "d" (46 bytes) and "f" (45), slot b's.
-  const { p, flushed, tracker } = pool({ capBytes: 200, spill });
-  const a = tracker.slot("t", 0);
-  const b = tracker.slot("t", 1);
+  // The third record relieves the 100-byte bound down to 75 by spilling "d" (46 bytes) and "f" (45), slot b's.
+  const { spill, p, flushed, a, b } = spillingPool(t);
   p.add("d", b, rec(0, "d".repeat(45)));
   p.add("f", b, rec(1, "f".repeat(44)));
   p.add("e", a, rec(2, "e".repeat(30)));
