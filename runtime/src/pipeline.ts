@@ -202,7 +202,7 @@ export class Pipeline implements TransportSink {
     this.#handOverSteps = {
       batchesEnded: (slots) => this.#intake.slotsIdle(slots),
       flush: async (slots) => {
-        this.#buffers.flushSlots(slots);
+        while (!this.#buffers.flushSlots(slots, () => this.#flushes.hasRoom())) await this.#flushes.room();
         await this.#flushes.landedSoFar();
       },
       roll: (slots) => this.#writers.roll((holds) => holds.some((h) => h.slots.some((s) => slots.has(s)))),

@@ -532,9 +532,17 @@ export class HotBufferPool {
     return true;
   }
 
-  /** Flushes every buffer holding a record of these partition slots (a revoked partition's hand-over). */
-  flushSlots(slots: ReadonlySet<number>): void {
-    for (const b of [...this.#buffers.values()]) if (holdsSlot(b, slots)) this.#flush(b, "revoke");
+  /**
+   * Flushes every buffer holding a record of these partition slots (a revoked partition's hand-over), as flushAll does
+   * while `room` says more may go in flight; true once none is left.
+   */
+  flushSlots(slots: ReadonlySet<number>, room: () => boolean = () => true): boolean {
+    for (const b of this.#buffers.values()) {
+      if (!holdsSlot(b, slots)) continue;
+      if (!room()) return false;
+      this.#flush(b, "revoke");
+    }
+    return true;
   }
 
   /** Discards, before any write, the buffered records of revoked partition slots; returns how many. */
