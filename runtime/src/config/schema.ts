@@ -438,7 +438,9 @@ const archiveSchema = z
       .int()
       .min(MIN_MULTIPART_CHUNK, `must be at least ${MIN_MULTIPART_CHUNK} (5 MiB), the smallest part S3 accepts`)
       .default(8 * MIB)
-      .describe("Bytes in each multipart upload part; four are in flight per upload.")
+      .describe(
+        "Bytes in each multipart upload part; four are in flight per upload. A file of this size or less goes in one request.",
+      )
       .meta({ env: "DFE_ARCHIVER_MULTIPART_CHUNK_SIZE" }),
     s3: s3Schema,
     minio: minioSchema,

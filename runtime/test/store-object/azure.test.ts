@@ -1,6 +1,7 @@
 // az:// against the testbed's Azurite, through a proxy that watches (and interrupts) the upload's requests.
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { truncateSync } from "node:fs";
 import { ArchiverError } from "../../src/errors.ts";
 import { openObjectBackend } from "../../src/store/object/open.ts";
@@ -9,6 +10,7 @@ import { azureContainer, blobService, need } from "../../../e2e/support/testbed.
 import { BIG, CHUNK, META, captureLog, config, inFlight, proxy, staged, type Exchange } from "./helpers.ts";
 
 const isBlock = (x: Exchange) => x.method === "PUT" && /[?&]comp=block(&|$)/.test(x.url);
+const isPutBlob = (x: Exchange) => x.method === "PUT" && !/[?&]comp=/.test(x.url);
 const isCommit = (x: Exchange) => x.method === "PUT" && /[?&]comp=blocklist/.test(x.url);
 
 /** The Azurite endpoint (account in its path) moved onto `origin`. */
@@ -44,21 +46,28 @@ async function failure(p: Promise<unknown>): Promise<ArchiverError> {
 
 const blob = (container: string, key: string) => blobService().getContainerClient(container).getBlockBlobClient(key);
 
-test("azure: files of 3.5 chunks, under a chunk and empty read back byte for byte, with metadata, under the prefix", async (t) => {
+test("azure: files up to one chunk go in one Put Blob with their MD5, larger ones as blocks, read back byte for byte with metadata", async (t) => {
   const blocks = inFlight(isBlock);
   const { container, via, backend } = await setup(t, blocks);
   for (const [name, size, expectedBlocks] of [
     ["big", BIG, 4],
-    ["small", 100_000, 1],
+    ["past-chunk", CHUNK + 1, 2],
+    ["at-chunk", CHUNK, 0],
+    ["small", 100_000, 0],
     ["empty", 0, 0],
   ] as const) {
     const file = await staged(t, size);
     const key = backend.key(`2026/01/02/${name}.zst`);
     assert.equal(key, `pre/fix/2026/01/02/${name}.zst`);
-    const before = { blocks: blocks.counter.total, commits: via.exchanges.filter(isCommit).length };
+    const before = { blocks: blocks.counter.total, exchanges: via.exchanges.length };
     await backend.upload({ stagedPath: file.path, size, key, meta: META });
+    const sent = via.exchanges.slice(before.exchanges);
     assert.equal(blocks.counter.total - before.blocks, expectedBlocks, `${name}: blocks staged`);
-    assert.equal(via.exchanges.filter(isCommit).length - before.commits, 1, `${name}: one commit`);
+    const md5 = createHash("md5").update(file.data).digest("base64");
+    if (expectedBlocks === 0) {
+      assert.deepEqual(sent.map(isPutBlob), [true], `${name}: one request`);
+      assert.equal(sent[0]!.headers["content-md5"], md5, `${name}: its MD5`);
+    } else assert.equal(sent.filter(isCommit).length, 1, `${name}: one commit`);
     const body = await blob(container, key).downloadToBuffer();
     assert.ok(body.equals(file.data), `${name}: the blob differs from the staged file`);
     const props = await blob(container, key).getProperties();
@@ -68,10 +77,28 @@ test("azure: files of 3.5 chunks, under a chunk and empty read back byte for byt
       opened_at: "2026-01-02T03:04:05.006Z",
       closed_at: "2026-01-02T03:09:05.006Z",
     });
+    // A blob put whole carries the MD5 the service checked.
+    if (expectedBlocks === 0) assert.equal(Buffer.from(props.contentMD5 ?? []).toString("base64"), md5);
     // Every block has one id width, as the service requires.
     const list = await blob(container, key).getBlockList("committed");
     assert.equal(new Set(list.committedBlocks?.map((b) => b.name.length)).size, Math.min(1, expectedBlocks));
   }
+});
+
+test("azure: a Put Blob the service fails is retryable and commits nothing; a short staged copy sends nothing", async (t) => {
+  const { container, via, backend } = await setup(t, { refuse: (x) => (isPutBlob(x) ? 503 : undefined) });
+  const file = await staged(t, 1000);
+  const key = backend.key("refused.zst");
+  const err = await failure(backend.upload({ stagedPath: file.path, size: 1000, key, meta: META }));
+  assert.equal(err.kind, "retryable");
+  assert.match(err.message, /^put blob az:\/\//);
+  assert.ok(via.exchanges.every(isPutBlob), "only Put Blob requests were sent");
+  assert.equal(await blob(container, key).exists(), false);
+  const sent = via.exchanges.length;
+  truncateSync(file.path, 999);
+  const short = await failure(backend.upload({ stagedPath: file.path, size: 1000, key, meta: META }));
+  assert.equal(short.code, STAGED_UNREADABLE);
+  assert.equal(via.exchanges.length, sent);
 });
 
 test("azure: a file of 7 blocks never has more than 4 in flight", async (t) => {

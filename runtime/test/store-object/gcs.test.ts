@@ -10,6 +10,7 @@ import { BIG, CHUNK, META, captureLog, config, proxy, staged, type Exchange } fr
 
 const isSession = (x: Exchange) => x.method === "POST" && /uploadType=resumable/.test(x.url);
 const isChunk = (x: Exchange) => x.method === "PUT" && /[?&]upload_id=/.test(x.url);
+const isSimple = (x: Exchange) => x.method === "POST" && /uploadType=multipart/.test(x.url);
 const isCancel = (x: Exchange) => x.method === "DELETE" && /[?&]upload_id=/.test(x.url);
 
 async function setup(t: TestContext, hooks: Parameters<typeof proxy>[2] = {}) {
@@ -51,12 +52,14 @@ async function readBack(bucket: string, key: string): Promise<{ body: Buffer; me
 
 const exists = async (bucket: string, key: string) => (await fetch(objectUrl(bucket, key))).status === 200;
 
-test("gcs: files of 3.5 chunks, under a chunk and empty read back byte for byte, with metadata, under the prefix", async (t) => {
+test("gcs: files up to one chunk go in one request, larger ones resumable, read back byte for byte with metadata", async (t) => {
   const { bucket, via, backend } = await setup(t);
   for (const [name, size, chunks] of [
     ["big", BIG, 4],
-    ["small", 100_000, 1],
-    ["empty", 0, 1],
+    ["past-chunk", CHUNK + 1, 2],
+    ["at-chunk", CHUNK, 0],
+    ["small", 100_000, 0],
+    ["empty", 0, 0],
   ] as const) {
     const file = await staged(t, size);
     const key = backend.key(`2026/01/02/${name}.zst`);
@@ -64,8 +67,11 @@ test("gcs: files of 3.5 chunks, under a chunk and empty read back byte for byte,
     const before = via.exchanges.length;
     await backend.upload({ stagedPath: file.path, size, key, meta: META });
     const sent = via.exchanges.slice(before);
-    assert.equal(sent.filter(isSession).length, 1, `${name}: one resumable session`);
-    assert.equal(sent.filter(isChunk).length, chunks, `${name}: chunk requests`);
+    if (chunks === 0) assert.deepEqual(sent.map(isSimple), [true], `${name}: one request`);
+    else {
+      assert.equal(sent.filter(isSession).length, 1, `${name}: one resumable session`);
+      assert.equal(sent.filter(isChunk).length, chunks, `${name}: chunk requests`);
+    }
     const { body, metadata } = await readBack(bucket, key);
     assert.ok(body.equals(file.data), `${name}: the object differs from the staged file`);
     assert.deepEqual(metadata, {
@@ -77,6 +83,22 @@ test("gcs: files of 3.5 chunks, under a chunk and empty read back byte for byte,
   }
 });
 
+test("gcs: a one-request upload the store fails is retryable and commits nothing; a short staged copy sends nothing", async (t) => {
+  const { bucket, via, backend } = await setup(t, { refuse: (x) => (isSimple(x) ? 503 : undefined) });
+  const file = await staged(t, 1000);
+  const key = backend.key("refused.zst");
+  const err = await failure(backend.upload({ stagedPath: file.path, size: 1000, key, meta: META }));
+  assert.equal(err.kind, "retryable");
+  assert.equal(err.code, "http_503");
+  assert.ok(via.exchanges.every(isSimple), "only one-request uploads were sent");
+  assert.equal(await exists(bucket, key), false);
+  const sent = via.exchanges.length;
+  truncateSync(file.path, 999);
+  const short = await failure(backend.upload({ stagedPath: file.path, size: 1000, key, meta: META }));
+  assert.equal(short.code, STAGED_UNREADABLE);
+  assert.equal(via.exchanges.length, sent);
+});
+
 test("gcs: a missing bucket is retryable; an object name the store refuses is permanent", async (t) => {
   const { bucket, backend } = await setup(t);
   const file = await staged(t, 1000);
@@ -85,9 +107,15 @@ test("gcs: a missing bucket is retryable; an object name the store refuses is pe
     {},
     captureLog().log,
   );
+  // The one-request upload's answer names its reason; the resumable session's has none.
   const gone = await failure(gs.upload({ stagedPath: file.path, size: 1000, key: gs.key("x.zst"), meta: META }));
   assert.equal(gone.kind, "retryable");
-  assert.equal(gone.code, "http_404");
+  assert.equal(gone.code, "notFound");
+  assert.match(gone.message, /HTTP 404/);
+  const big = await staged(t, CHUNK + 1);
+  const goneBig = await failure(gs.upload({ stagedPath: big.path, size: CHUNK + 1, key: gs.key("x.zst"), meta: META }));
+  assert.equal(goneBig.kind, "retryable");
+  assert.equal(goneBig.code, "http_404");
   // fake-gcs-server keeps objects as files, so it refuses a segment past the file system's 255-byte name limit
   // with the 400 `invalid` GCS gives an invalid object name.
   const key = backend.key(`a/${"n".repeat(300)}`);

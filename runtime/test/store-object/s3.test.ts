@@ -2,6 +2,7 @@
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { truncateSync } from "node:fs";
+import { crc32 } from "node:zlib";
 import { GetObjectCommand, HeadObjectCommand, ListMultipartUploadsCommand } from "@aws-sdk/client-s3";
 import { ArchiverError } from "../../src/errors.ts";
 import { openObjectBackend } from "../../src/store/object/open.ts";
@@ -68,22 +69,49 @@ async function exists(bucket: string, key: string): Promise<boolean> {
   }
 }
 
-test("minio: files of 3.5 chunks, under a chunk and empty read back byte for byte, with metadata, under the prefix", async (t) => {
+const isPut = (x: Exchange) => x.method === "PUT" && !/[?&](partNumber|uploadId)=/.test(x.url);
+const isCreate = (x: Exchange) => x.method === "POST" && /[?&]uploads(=|&|$)/.test(x.url);
+
+/** The CRC32 of `data` as S3 carries it: big-endian, base64. */
+const crc32Of = (data: Buffer) => {
+  const out = Buffer.alloc(4);
+  out.writeUInt32BE(crc32(data));
+  return out.toString("base64");
+};
+
+test("minio: files up to one chunk go in one PutObject with their CRC32, larger ones as multipart, read back byte for byte with metadata", async (t) => {
   const bucket = await minioBucket(t);
   const parts = inFlight(isPart);
   const via = await proxy(t, need("TESTBED_MINIO_ENDPOINT"), parts);
   const backend = await minio(bucket, via.url);
   for (const [name, size, expectedParts] of [
     ["big", BIG, 4],
-    ["small", 100_000, 1],
-    ["empty", 0, 1],
+    ["past-chunk", CHUNK + 1, 2],
+    ["at-chunk", CHUNK, 0],
+    ["small", 100_000, 0],
+    ["empty", 0, 0],
   ] as const) {
     const file = await staged(t, size);
     const key = backend.key(`2026/01/02/${name}.zst`);
     assert.equal(key, `pre/fix/2026/01/02/${name}.zst`);
-    const before = parts.counter.total;
+    const before = { parts: parts.counter.total, exchanges: via.exchanges.length };
     await backend.upload({ stagedPath: file.path, size, key, meta: META });
-    assert.equal(parts.counter.total - before, expectedParts, `${name}: parts sent`);
+    const sent = via.exchanges.slice(before.exchanges);
+    assert.equal(parts.counter.total - before.parts, expectedParts, `${name}: parts sent`);
+    if (expectedParts === 0) {
+      assert.deepEqual(
+        sent.map((x) => x.method),
+        ["PUT"],
+        `${name}: one request`,
+      );
+      assert.equal(sent[0]!.headers["x-amz-checksum-crc32"], crc32Of(file.data), `${name}: its CRC32`);
+      assert.equal(sent[0]!.headers["content-length"], String(size));
+    } else {
+      assert.equal(sent.filter(isCreate).length, 1, `${name}: one multipart upload`);
+      assert.equal(sent.filter(isPut).length, 0, `${name}: no PutObject`);
+      // Every part carries its CRC32 too.
+      assert.ok(sent.filter(isPart).every((x) => typeof x.headers["x-amz-checksum-crc32"] === "string"));
+    }
     const got = await readBack(bucket, key);
     assert.ok(got.body.equals(file.data), `${name}: the object differs from the staged file`);
     assert.deepEqual(got.metadata, {
@@ -94,6 +122,62 @@ test("minio: files of 3.5 chunks, under a chunk and empty read back byte for byt
     });
   }
   assert.equal(await pendingUploads(bucket), 0);
+});
+
+test("minio: a PutObject the store fails is retryable and leaves nothing; one that is aborted is UPLOAD_ABORTED", async (t) => {
+  const ac = new AbortController();
+  let refusals = 0;
+  const run = await watched(t, 1000, () => ({
+    refuse(x) {
+      if (!isPut(x)) return undefined;
+      // The caller aborts while its PutObject is in flight; the store never sees it.
+      if (x.url.includes("aborted.zst")) {
+        ac.abort();
+        return 503;
+      }
+      return refusals++ < 3 ? 503 : undefined;
+    },
+  }));
+  const { bucket, file, key, backend, via } = run;
+  const failed = await failure(backend.upload({ stagedPath: file.path, size: 1000, key, meta: META }));
+  assert.equal(failed.kind, "retryable");
+  assert.match(failed.message, /^put object minio:\/\/.*\/interrupted\.zst: /);
+  // The SDK's own three tries, each a whole PutObject, and nothing else: no upload to abort.
+  assert.deepEqual(
+    via.exchanges.map((x) => [x.method, x.status]),
+    [
+      ["PUT", 503],
+      ["PUT", 503],
+      ["PUT", 503],
+    ],
+  );
+  assert.equal(await exists(bucket, key), false);
+  // The next attempt (the staging store's retry) is a fresh PutObject that succeeds.
+  await backend.upload({ stagedPath: file.path, size: 1000, key, meta: META });
+  assert.ok((await readBack(bucket, key)).body.equals(file.data));
+  const aborted = await failure(
+    backend.upload({
+      stagedPath: file.path,
+      size: 1000,
+      key: backend.key("aborted.zst"),
+      meta: META,
+      signal: ac.signal,
+    }),
+  );
+  assert.equal(aborted.code, UPLOAD_ABORTED);
+  assert.equal(aborted.kind, "retryable");
+  assert.equal(await exists(bucket, backend.key("aborted.zst")), false);
+  assert.equal(await pendingUploads(bucket), 0);
+});
+
+test("minio: a staged copy shorter than its size is STAGED_UNREADABLE before any request", async (t) => {
+  const run = await watched(t, 1000, () => ({}));
+  const { file, key, backend, via } = run;
+  truncateSync(file.path, 999);
+  const err = await failure(backend.upload({ stagedPath: file.path, size: 1000, key, meta: META }));
+  assert.equal(err.code, STAGED_UNREADABLE);
+  assert.equal(err.kind, "permanent");
+  assert.equal(via.exchanges.length, 0);
 });
 
 test("minio: a file of 7 parts never has more than 4 in flight", async (t) => {
@@ -214,11 +298,12 @@ test("minio: an abort that fails is logged, and the upload's own failure is what
   assert.equal(await pendingUploads(bucket), 1);
 });
 
-test("s3: server-side encryption and storage class go on CreateMultipartUpload, with the config's static keys", async (t) => {
+test("s3: server-side encryption and storage class go on PutObject and CreateMultipartUpload, with the config's static keys", async (t) => {
   const bucket = await minioBucket(t);
-  const isCreate = (x: Exchange) => x.method === "POST" && /[?&]uploads(=|&|$)/.test(x.url);
-  // The testbed's MinIO has no KMS: the proxy answers the create itself, after recording what it asked for.
-  const via = await proxy(t, need("TESTBED_MINIO_ENDPOINT"), { refuse: (x) => (isCreate(x) ? 501 : undefined) });
+  // The testbed's MinIO has no KMS: the proxy answers the put and the create itself, after recording what they asked for.
+  const via = await proxy(t, need("TESTBED_MINIO_ENDPOINT"), {
+    refuse: (x) => (isCreate(x) || isPut(x) ? 501 : undefined),
+  });
   const s3 = {
     endpoint: via.url,
     force_path_style: true,
@@ -233,15 +318,20 @@ test("s3: server-side encryption and storage class go on CreateMultipartUpload, 
     {},
     captureLog().log,
   );
-  const file = await staged(t, 10);
-  const err = await failure(backend.upload({ stagedPath: file.path, size: 10, key: backend.key("x"), meta: META }));
-  assert.equal(err.kind, "retryable");
-  const create = via.exchanges.find(isCreate);
-  assert.ok(create, "no CreateMultipartUpload was sent");
-  assert.equal(create.url.split("?")[0], `/${bucket}/p/x`);
-  assert.equal(create.headers["x-amz-server-side-encryption"], "aws:kms");
-  assert.equal(create.headers["x-amz-server-side-encryption-aws-kms-key-id"], "alias/archive");
-  assert.equal(create.headers["x-amz-storage-class"], "STANDARD_IA");
-  assert.equal(create.headers["x-amz-meta-records"], "42");
-  assert.match(String(create.headers.authorization), new RegExp(`Credential=${need("TESTBED_MINIO_ACCESS_KEY")}/`));
+  for (const [size, sent] of [
+    [10, isPut],
+    [CHUNK + 10, isCreate],
+  ] as const) {
+    const file = await staged(t, size);
+    const err = await failure(backend.upload({ stagedPath: file.path, size, key: backend.key("x"), meta: META }));
+    assert.equal(err.kind, "retryable");
+    const request = via.exchanges.find(sent);
+    assert.ok(request, `no ${sent === isPut ? "PutObject" : "CreateMultipartUpload"} was sent`);
+    assert.equal(request.url.split("?")[0], `/${bucket}/p/x`);
+    assert.equal(request.headers["x-amz-server-side-encryption"], "aws:kms");
+    assert.equal(request.headers["x-amz-server-side-encryption-aws-kms-key-id"], "alias/archive");
+    assert.equal(request.headers["x-amz-storage-class"], "STANDARD_IA");
+    assert.equal(request.headers["x-amz-meta-records"], "42");
+    assert.match(String(request.headers.authorization), new RegExp(`Credential=${need("TESTBED_MINIO_ACCESS_KEY")}/`));
+  }
 });

@@ -97,6 +97,17 @@ test("sendParts: the caller's abort reaches the parts in flight", async (t) => {
   assert.match(String(err), /shutdown/);
 });
 
+test("whole: the staged size in one buffer, never the bytes the file has grown by", async (t) => {
+  const { path, data } = await staged(t, PART + 7);
+  const file = await StagedFile.open(path, PART);
+  t.after(() => file.close());
+  assert.ok((await file.whole()).equals(data.subarray(0, PART)));
+  const { path: empty } = await staged(t, 0);
+  const none = await StagedFile.open(empty, 0);
+  t.after(() => none.close());
+  assert.equal((await none.whole()).length, 0);
+});
+
 test("StagedFile: missing, unreadable by permission or shorter than staged is STAGED_UNREADABLE", async (t) => {
   const { path, data } = await staged(t, 3 * PART);
   const unreadable = async (p: Promise<unknown>) => {
@@ -117,6 +128,7 @@ test("StagedFile: missing, unreadable by permission or shorter than staged is ST
     for await (const _ of file.chunks(PART));
   };
   await unreadable(chunks());
+  await unreadable(file.whole());
   if (process.getuid?.() !== 0) {
     // root reads whatever the mode says, so the permission case only holds for other users.
     await chmod(path, 0o000);

@@ -1,8 +1,9 @@
-// Azure Blob Storage: each attempt stages the file's blocks, at most PARTS_IN_FLIGHT at once, then commits the
-// block list with the metadata. Blocks no commit names are discarded by the service, which is the abort.
+// Azure Blob Storage: each attempt puts a file of one chunk or less as one request (Put Blob, with its MD5, which the
+// service checks), or stages the file's blocks, at most PARTS_IN_FLIGHT at once, then commits the block list with the
+// metadata. Blocks no commit names are discarded by the service, which is the abort.
 // Credentials, first that is set: archive.azure.account_key, archive.azure.sas_token, AZURE_STORAGE_KEY (with
 // AZURE_STORAGE_ACCOUNT), else a managed identity through @azure/identity when it is installed.
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { createRequire } from "node:module";
 import type { TokenCredential } from "@azure/core-auth";
 import {
@@ -128,17 +129,26 @@ export class AzureBackend implements ObjectBackend {
     const tag = randomBytes(6).toString("hex");
     const blockId = (n: number) => Buffer.from(`${tag}-${String(n).padStart(6, "0")}`).toString("base64");
     const partSize = Math.min(MAX_BLOCK_BYTES, Math.max(this.#chunkSize, Math.ceil(opts.size / MAX_BLOCKS)));
+    // Azure metadata names are C# identifiers, so opened_at rather than opened-at.
+    const metadata = objectMetadata(opts.meta, "_");
     const ids: string[] = [];
     let op = "stage block";
     try {
+      // One block or less goes in one request: staged as a block, it would take two (the block, the commit).
+      if (opts.size <= partSize) {
+        op = "put blob";
+        const body = await staged.whole();
+        const transactionalContentMD5 = createHash("md5").update(body).digest();
+        await blob.upload(body, body.length, { metadata, transactionalContentMD5, abortSignal: signal });
+        return;
+      }
       await staged.sendParts({ partSize, emptyPart: false, signal }, async (part, abortSignal) => {
         const id = blockId(part.number);
         await blob.stageBlock(id, part.data, part.data.length, { abortSignal });
         ids[part.number - 1] = id;
       });
       op = "commit block list";
-      // Azure metadata names are C# identifiers, so opened_at rather than opened-at.
-      await blob.commitBlockList(ids, { metadata: objectMetadata(opts.meta, "_"), abortSignal: signal });
+      await blob.commitBlockList(ids, { metadata, abortSignal: signal });
     } catch (err) {
       throw uploadError(err, op, where, signal, azureFaults, this.#redact);
     } finally {

@@ -1,7 +1,7 @@
-// Google Cloud Storage: one resumable upload per attempt, sent in chunks of the chunk size, one request at a time
-// as the protocol needs. Credentials, first that is set: archive.gcs.service_account_key (inline JSON),
-// archive.gcs.credentials_path, GOOGLE_APPLICATION_CREDENTIALS, else the library's default (instance metadata).
-// With archive.gcs.endpoint (an emulator) the library sends no credentials at all.
+// Google Cloud Storage: one request per attempt for a file of one chunk or less, else one resumable upload, sent in
+// chunks of the chunk size, one request at a time as the protocol needs. Credentials, first that is set:
+// archive.gcs.service_account_key (inline JSON), archive.gcs.credentials_path, GOOGLE_APPLICATION_CREDENTIALS, else
+// the library's default (instance metadata). With archive.gcs.endpoint (an emulator) the library sends no credentials.
 import { pipeline } from "node:stream/promises";
 import { Storage, type StorageOptions } from "@google-cloud/storage";
 import type { Logger } from "pino";
@@ -103,15 +103,20 @@ export class GcsBackend implements ObjectBackend {
     checkKey(key);
     const where = `gs://${this.bucket}/${key}`;
     const staged = await StagedFile.open(opts.stagedPath, opts.size);
+    // One chunk or less goes in one request (a multipart/related upload), read whole first so that a short read
+    // fails before anything is sent: a resumable upload would take two, the session and its chunk.
+    const single = opts.size <= this.#chunkSize;
     let session: string | undefined;
     try {
+      const whole = single ? [await staged.whole()] : undefined;
       const sink = this.#storage
         .bucket(this.bucket)
         .file(key)
         .createWriteStream({
-          resumable: true,
+          resumable: !single,
           chunkSize: this.#chunkSize,
-          // contentLength makes the store expect every byte: a stream cut short fails rather than commits.
+          // contentLength makes the store expect every byte: a stream cut short fails rather than commits. Either
+          // way the library checks the object's CRC32C against the bytes it sent, and deletes an object that differs.
           metadata: { contentLength: opts.size, metadata: objectMetadata(opts.meta, "-") },
         })
         .on("uri", (uri: string) => {
@@ -119,7 +124,7 @@ export class GcsBackend implements ObjectBackend {
         });
       // Fresh chunks, not reused buffers: the library keeps the chunk it sent until the store confirms it. The
       // sink's backpressure holds the read-ahead to one chunk: three to four chunks are in memory at most.
-      await pipeline(staged.chunks(this.#chunkSize), sink, signal === undefined ? {} : { signal });
+      await pipeline(whole ?? staged.chunks(this.#chunkSize), sink, signal === undefined ? {} : { signal });
     } catch (err) {
       const failed = uploadError(err, "upload", where, signal, gcsFaults, this.#redact);
       const uri = session;

@@ -1,13 +1,16 @@
-// S3 and MinIO: one multipart upload per attempt. Credentials: the config's static keys when set, else the AWS
+// S3 and MinIO: one request (PutObject) per attempt for a file of one part's size or less, else one multipart upload.
+// Every request that carries bytes carries their CRC32, which the store checks. Credentials: the config's static keys when set, else the AWS
 // SDK's default provider chain (AWS_* env, web identity / IRSA, ECS and EC2 instance metadata), which reads the
 // process environment itself. MinIO is S3 on its own endpoint, path-style, with keys it always needs.
 import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
   CreateMultipartUploadCommand,
+  PutObjectCommand,
   S3Client,
   S3ServiceException,
   UploadPartCommand,
+  type ChecksumAlgorithm,
   type CompletedPart,
   type CreateMultipartUploadCommandInput,
   type S3ClientConfig,
@@ -107,6 +110,9 @@ export function s3ClientConfig(
 
 type PutOptions = Pick<CreateMultipartUploadCommandInput, "ServerSideEncryption" | "SSEKMSKeyId" | "StorageClass">;
 
+// The SDK's default, pinned so that AWS_REQUEST_CHECKSUM_CALCULATION=when_required cannot take it off.
+const CHECKSUM: ChecksumAlgorithm = "CRC32";
+
 export class S3Backend implements ObjectBackend {
   readonly scheme: "s3" | "minio";
   readonly bucket: string;
@@ -142,10 +148,52 @@ export class S3Backend implements ObjectBackend {
   }
 
   async upload(opts: { stagedPath: string; size: number; key: string; meta: UploadMeta; signal?: AbortSignal }) {
-    const { key, signal } = opts;
-    checkKey(key);
-    const where = `${this.scheme}://${this.bucket}/${key}`;
+    checkKey(opts.key);
     const staged = await StagedFile.open(opts.stagedPath, opts.size);
+    try {
+      // A file past MAX_PARTS chunks is sent in larger parts rather than refused.
+      const partSize = Math.min(MAX_PART_BYTES, Math.max(this.#chunkSize, Math.ceil(opts.size / MAX_PARTS)));
+      // One part or less goes in one request: as a multipart upload it would take three (create, part, complete).
+      if (opts.size <= partSize) await this.#putObject(staged, opts);
+      else await this.#multipart(staged, partSize, opts);
+    } finally {
+      await staged.close();
+    }
+  }
+
+  #where(key: string): string {
+    return `${this.scheme}://${this.bucket}/${key}`;
+  }
+
+  /** The whole file in one PutObject: nothing is left in the store when it fails, so there is nothing to abort. */
+  async #putObject(staged: StagedFile, opts: { key: string; meta: UploadMeta; signal?: AbortSignal }): Promise<void> {
+    const { key, signal } = opts;
+    try {
+      const body = await staged.whole();
+      await this.#client.send(
+        new PutObjectCommand({
+          Bucket: this.bucket,
+          Key: key,
+          ...this.#put,
+          Metadata: objectMetadata(opts.meta, "-"),
+          Body: body,
+          ContentLength: body.length,
+          ChecksumAlgorithm: CHECKSUM,
+        }),
+        { abortSignal: signal },
+      );
+    } catch (err) {
+      throw uploadError(err, "put object", this.#where(key), signal, s3Faults, this.#redact);
+    }
+  }
+
+  async #multipart(
+    staged: StagedFile,
+    partSize: number,
+    opts: { key: string; meta: UploadMeta; signal?: AbortSignal },
+  ): Promise<void> {
+    const { key, signal } = opts;
+    const where = this.#where(key);
     const target = { Bucket: this.bucket, Key: key };
     let uploadId: string | undefined;
     let op = "create upload";
@@ -157,8 +205,6 @@ export class S3Backend implements ObjectBackend {
       uploadId = created.UploadId;
       if (uploadId === undefined) throw new Error("the store answered CreateMultipartUpload without an UploadId");
       const UploadId = uploadId;
-      // A file past MAX_PARTS chunks is sent in larger parts rather than refused.
-      const partSize = Math.min(MAX_PART_BYTES, Math.max(this.#chunkSize, Math.ceil(opts.size / MAX_PARTS)));
       const parts: CompletedPart[] = [];
       op = "upload part";
       await staged.sendParts({ partSize, emptyPart: true, signal }, async (part, partSignal) => {
@@ -169,6 +215,7 @@ export class S3Backend implements ObjectBackend {
             PartNumber: part.number,
             Body: part.data,
             ContentLength: part.data.length,
+            ChecksumAlgorithm: CHECKSUM,
           }),
           { abortSignal: partSignal },
         );
@@ -195,8 +242,6 @@ export class S3Backend implements ObjectBackend {
           this.#redact,
         );
       throw failed;
-    } finally {
-      await staged.close();
     }
   }
 }

@@ -1,6 +1,6 @@
 // The staged copy as an upload reads it: opened and measured before the store is asked for anything, then read a
-// part at a time. Upload memory is the parts in flight, so it stays near PARTS_IN_FLIGHT x the part size whatever
-// the file's size.
+// part at a time, or whole when it is one part's size or less. Upload memory is the parts in flight, so it stays near
+// PARTS_IN_FLIGHT x the part size whatever the file's size.
 import { open, type FileHandle } from "node:fs/promises";
 import { ArchiverError } from "../../errors.ts";
 import { STAGED_UNREADABLE } from "./types.ts";
@@ -81,6 +81,13 @@ export class StagedFile {
     } catch (err) {
       throw stagedError(err, this.path);
     }
+  }
+
+  /** The whole file in one fresh buffer: for a file small enough to go in a single request. */
+  async whole(): Promise<Buffer> {
+    const buf = Buffer.allocUnsafe(this.size);
+    await this.#read(buf, this.size, 0);
+    return buf;
   }
 
   /** The file in chunks of `chunkSize`, each a fresh buffer: for a consumer that keeps a chunk past its write. */

@@ -1,5 +1,6 @@
 // An object store seen from the staging store: a destination's bucket and prefix, and the upload of one staged
-// file, whole, as one multipart (S3, MinIO), resumable (GCS) or block (Azure) upload.
+// file, whole: in one request when it is one part's size or less, else as one multipart (S3, MinIO), resumable (GCS)
+// or block (Azure) upload.
 import { ArchiverError } from "../../errors.ts";
 
 /** What the object records about its file, as object metadata. Times are epoch milliseconds. */
@@ -20,9 +21,10 @@ export interface ObjectBackend {
    */
   key(relPath: string): string;
   /**
-   * Uploads the staged file's first `size` bytes whole as ONE upload: parts of the chunk size read from the file
-   * while earlier parts upload, at most PARTS_IN_FLIGHT at once. A failed attempt aborts its upload (an abort that
-   * fails is logged, never thrown over the original error) and throws an ArchiverError that is permanent only for a
+   * Uploads the staged file's first `size` bytes whole as ONE upload: a single request carrying the whole file when
+   * it is at most one part (the chunk size), else parts of the chunk size read from the file while earlier parts
+   * upload, at most PARTS_IN_FLIGHT at once. A failed attempt aborts its upload (an abort that fails is logged,
+   * never thrown over the original error) and throws an ArchiverError that is permanent only for a
    * refusal of the object itself, or with code STAGED_UNREADABLE when the staged copy cannot be read back. Each
    * call is a fresh upload, signed afresh.
    */
