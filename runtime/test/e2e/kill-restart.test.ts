@@ -68,10 +68,10 @@ test("SIGKILL during uploads to MinIO, kafka with acknowledgements: staged files
   const topic = await kafkaTopic(t, { partitions: 3 });
   const groupId = uniqueName("g");
   const bucket = await minioBucket(t);
-  // The killed runs upload through a proxy that holds each part a second, so a kill lands mid-upload; the last run
-  // talks to MinIO directly.
-  const slow = await storeProxy(t, async (req, url) => {
-    if (req.method === "PUT" && url.searchParams.has("partNumber")) await sleep(1_000);
+  // The killed runs upload through a proxy that holds each PUT of a file's bytes (PutObject, UploadPart) a second,
+  // so a kill lands mid-upload; the last run talks to MinIO directly.
+  const slow = await storeProxy(t, async (req) => {
+    if (req.method === "PUT") await sleep(1_000);
     return undefined;
   });
   const config = (endpoint: string) => ({

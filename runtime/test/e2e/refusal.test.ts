@@ -1,5 +1,5 @@
 // Permanent refusals against a real store (the testbed's MinIO): a key past 1024 bytes, refused before any record is
-// staged, and an EntityTooLarge answer to the upload of a part. An HTTP proxy in front of MinIO gives that answer,
+// staged, and an EntityTooLarge answer to the upload of a file. An HTTP proxy in front of MinIO gives that answer,
 // for the keys of two destinations only; every other request, and every other answer, is MinIO's own. Every refused
 // record reaches the Kafka DLQ and the offsets are committed.
 import { test } from "node:test";
@@ -30,10 +30,10 @@ test("a key past 1024 bytes and an EntityTooLarge answer: every record reaches t
   const dlqTopic = await kafkaTopic(t, { prefix: "dlq" });
   const groupId = uniqueName("g");
   const bucket = await minioBucket(t);
-  // Each UploadPart of a key under the huge* destinations is answered EntityTooLarge; the abort that follows, and
-  // every other request, reach MinIO.
+  // Each PUT of a key under the huge* destinations (a PutObject, or an UploadPart of a file past one part) is
+  // answered EntityTooLarge; an abort that follows, and every other request, reach MinIO.
   const proxy = await storeProxy(t, async (req, url) =>
-    req.method === "PUT" && url.searchParams.has("partNumber") && url.pathname.includes("/huge")
+    req.method === "PUT" && url.pathname.includes("/huge")
       ? s3Error("EntityTooLarge", "Your proposed upload exceeds the maximum allowed object size.", url.pathname)
       : undefined,
   );
@@ -99,7 +99,7 @@ test("a key past 1024 bytes and an EntityTooLarge answer: every record reaches t
   const okIds = new Set(okLines.map((l) => (JSON.parse(l) as { id: number }).id));
   assert.equal(okIds.size, OK);
   const leftover = await s3.send(new ListMultipartUploadsCommand({ Bucket: bucket }));
-  assert.equal(leftover.Uploads?.length ?? 0, 0, "each refused attempt aborted its multipart upload");
+  assert.equal(leftover.Uploads?.length ?? 0, 0, "no refused attempt left a multipart upload behind");
   assert.deepEqual(filesUnder(join(spool, "uploads")), [], "refused files discarded once dead-lettered");
 
   const deadLettered = long.length + huge.length + SPLIT;
