@@ -176,7 +176,7 @@ class LocalFile implements ArchiveFile {
       // Never retried: after a failed fsync Linux may drop the dirty pages and report the next fsync clean, so the
       // file's data is of unknown durability; the file is given up and its records read again.
       try {
-        await handle.sync();
+        if (this.#store.sync) await handle.sync();
       } catch (err) {
         // The sync error is the one to report; the handle is released either way.
         await handle.close().catch(() => undefined);
@@ -218,10 +218,12 @@ class LocalFile implements ArchiveFile {
         await this.#store.journal?.closed(this.#store.root, this.relPath);
       }
       this.#stage = "named";
-      // The file's directory up to the root: every entry its path depends on below the root. Worked out here, not
-      // kept: ten thousand files in progress held a kilobyte of paths each.
-      for (const dir of dirsUpTo(dirname(this.#path), this.#store.root)) await this.#store.syncIfDirty(dir);
-      await this.#store.syncAboveRoot();
+      if (this.#store.sync) {
+        // The file's directory up to the root: every entry its path depends on below the root. Worked out here, not
+        // kept: ten thousand files in progress held a kilobyte of paths each.
+        for (const dir of dirsUpTo(dirname(this.#path), this.#store.root)) await this.#store.syncIfDirty(dir);
+        await this.#store.syncAboveRoot();
+      }
     } catch (err) {
       throw fsError(err, "complete", this.#path);
     }
@@ -263,12 +265,15 @@ class FileStore implements ArchiveStore {
   #seq = 0;
 
   readonly publish: boolean;
+  /** A complete file and the directories above it are synced to disk; off only for staging nothing reads back. */
+  readonly sync: boolean;
   /** Publishing only: marks each hidden file while it is written, so a restart finds what a kill left. */
   readonly journal: PartialJournal | undefined;
 
-  constructor(root: string, publish: boolean, journal: PartialJournal | undefined) {
+  constructor(root: string, publish: boolean, sync: boolean, journal: PartialJournal | undefined) {
     this.root = root;
     this.publish = publish;
+    this.sync = sync;
     this.journal = publish ? journal : undefined;
   }
 
@@ -349,12 +354,13 @@ class FileStore implements ArchiveStore {
 /**
  * The local backend for `file:///abs/path` (or an absolute path). `publish`: write each file under a hidden name and
  * give it its archive name only once it is synced (an archive destination); without it files are written in place
- * (staging, whose manifests tell a complete file from a torn one). `journal`, publishing: marks each file while it
- * is written (settlePartials reads the marks at the next start).
+ * (staging, whose manifests tell a complete file from a torn one). `sync` (default on): a complete file and its
+ * directories are synced; staging that a restart removes unread turns it off. `journal`, publishing: marks each file
+ * while it is written (settlePartials reads the marks at the next start).
  */
 export function createFileStore(
   rootUrlOrPath: string,
-  opts: { publish?: boolean; journal?: PartialJournal } = {},
+  opts: { publish?: boolean; sync?: boolean; journal?: PartialJournal } = {},
 ): ArchiveStore {
-  return new FileStore(rootPath(rootUrlOrPath), opts.publish ?? false, opts.journal);
+  return new FileStore(rootPath(rootUrlOrPath), opts.publish ?? false, opts.sync ?? true, opts.journal);
 }

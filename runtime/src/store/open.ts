@@ -81,6 +81,7 @@ export async function openStore(
   const staging = createStagingStore({
     backend,
     spoolDir,
+    recoverable: !cfg.offsetsHeld,
     writerParallelism: cfg.buffer.writer_parallelism,
     stagedBytesCap: budget.stagedBytesCap,
     quarantineBytesCap: budget.quarantineBytesCap,

@@ -1,9 +1,11 @@
 // The staging store of an object-store destination. A file is written to <spool_dir>/uploads/<relPath>, and once it
-// completes it is synced, gets its manifest beside it, and is uploaded whole in the background, at most
-// writer_parallelism uploads at once. `complete` resolves only once the store confirmed the object, so its offsets are
-// released then and never earlier. A failed upload keeps the staged copy and is retried from it, a fresh upload per
-// attempt, with backoff and jitter; only a refusal for the object itself, or a staged copy that cannot be read back,
-// ends it.
+// completes it is uploaded whole in the background, at most writer_parallelism uploads at once. Where a restart
+// uploads what a previous process staged (grpc, or kafka without acknowledgements), a complete file is first synced
+// and gets its manifest beside it; where a restart removes it unread (kafka with acknowledgements: its records are
+// read again from the committed offset), neither is done, since nothing would ever read them. `complete` resolves
+// only once the store confirmed the object, so its offsets are released then and never earlier. A failed upload keeps
+// the staged copy and is retried from it, a fresh upload per attempt, with backoff and jitter; only a refusal for the
+// object itself, or a staged copy that cannot be read back, ends it.
 import { setMaxListeners } from "node:events";
 import { stat } from "node:fs/promises";
 import { join, resolve } from "node:path";
@@ -43,6 +45,12 @@ export type StagingMetrics = Pick<
 export interface StagingStoreOptions {
   readonly backend: ObjectBackend;
   readonly spoolDir: string;
+  /**
+   * A restart uploads what this process staged (recoverStaging's "upload" mode): each complete file is synced and
+   * gets its manifest. Off where a restart removes staged files (its "remove" mode), which spares a completed file's
+   * four syncs (file, manifest, their directories) and the manifest's writes.
+   */
+  readonly recoverable: boolean;
   /** buffer.writer_parallelism: uploads at once. */
   readonly writerParallelism: number;
   /** buffer.staged_bytes_cap: `pressure()` reads staged bytes against it. */
@@ -202,7 +210,7 @@ class StagedFile implements ArchiveFile {
     try {
       await this.#local.complete(meta, retry);
       // Written afresh each attempt (a temp file, then a rename), so a full spool is waited out with the copy kept.
-      await retry(() => writeManifest(this.#stagedPath, json));
+      if (this.#store.recoverable) await retry(() => writeManifest(this.#stagedPath, json));
     } catch (err) {
       // No process would ever upload a file that did not complete: its offsets are Errored and read again.
       await this.#store.unstage(this.#stagedPath, json.size);
@@ -238,6 +246,7 @@ class Staging implements StagingStore {
   readonly #slots: Slots;
   readonly #jobs = new Set<Job>();
   readonly attempts = new SinkTally();
+  readonly recoverable: boolean;
   /** Files the store refused for good, by store path, until discarded. */
   readonly #kept = new Map<string, StagedManifest>();
   #stagedBytes = 0;
@@ -249,10 +258,11 @@ class Staging implements StagingStore {
 
   constructor(opts: StagingStoreOptions) {
     this.#o = opts;
+    this.recoverable = opts.recoverable;
     this.#m = opts.metrics;
     this.#log = opts.log;
     this.#uploads = uploadsDir(resolve(opts.spoolDir));
-    this.#files = createFileStore(this.#uploads);
+    this.#files = createFileStore(this.#uploads, { sync: opts.recoverable });
     this.#quarantine = new Quarantine({
       uploadsDir: this.#uploads,
       capBytes: opts.quarantineBytesCap,

@@ -28,6 +28,7 @@ async function leaveComplete(spool: string, relPaths: string[]): Promise<void> {
   const store = createStagingStore({
     backend: new FakeBackend(spool, hanging),
     spoolDir: spool,
+    recoverable: true,
     writerParallelism: 4,
     stagedBytesCap: 1 << 20,
     quarantineBytesCap: 1 << 20,
@@ -152,6 +153,7 @@ test("upload mode: complete files are kept to upload, the rest quarantined by re
   const store = createStagingStore({
     backend,
     spoolDir: spool,
+    recoverable: true,
     writerParallelism: 2,
     stagedBytesCap: 1 << 20,
     quarantineBytesCap: 1 << 20,

@@ -55,6 +55,7 @@ async function setup(backend: (objects: string) => ObjectBackend, over: Partial<
   const store = createStagingStore({
     backend: b,
     spoolDir: spool,
+    recoverable: true,
     writerParallelism: 2,
     stagedBytesCap: 100_000,
     quarantineBytesCap: 1 << 20,
@@ -140,6 +141,31 @@ test("a manifest the full spool refuses is retried with the staged copy kept; gi
   // Never to be uploaded: its offsets are Errored, so its copy and its bytes go.
   assert.deepEqual(await readdir(join(spool, "uploads")), []);
   assert.equal(s.store.stagedBytes(), 0);
+});
+
+test("staging a restart removes unread writes no manifest, and still uploads, reads back and discards", async () => {
+  let manifestAtUpload = true;
+  const s = await setup(
+    (objects) =>
+      new FakeBackend(objects, async (call) => {
+        manifestAtUpload = await exists(call.stagedPath + ".part.json");
+      }),
+    { recoverable: false },
+  );
+  await (await stage(s.store)).complete(META);
+  assert.equal(manifestAtUpload, false, "a manifest was written");
+  assert.deepEqual(await readFile(join(s.objects, `archive/${REL}`)), Buffer.concat(FRAMES));
+  assert.deepEqual(await readdir(s.uploads), [], "the staged copy and its empty directories are gone");
+  assert.equal(s.store.stagedBytes(), 0);
+
+  // A refused file is read back from the manifest kept in memory.
+  const r = await setup((o) => new FakeBackend(o, refusing), { recoverable: false });
+  await assert.rejects((await stage(r.store)).complete(META), code("EntityTooLarge", "permanent"));
+  const kept = r.store.readBack(REL);
+  assert.deepEqual(kept?.blockLengths, [12, 5000, 4]);
+  assert.equal(await exists(join(r.uploads, REL + ".part.json")), false);
+  await r.store.discard(REL);
+  assert.deepEqual(await readdir(r.uploads), []);
 });
 
 test("truncate cuts the staged copy back and abandon removes it, both off staged_bytes", async () => {
@@ -448,6 +474,7 @@ test("options no upload could run with are refused", async () => {
   const base = {
     backend: new FakeBackend(spool),
     spoolDir: spool,
+    recoverable: true,
     stagedBytesCap: 1,
     quarantineBytesCap: 0,
     metrics: newMetrics(),
