@@ -35,11 +35,15 @@ interface Script {
 /** Hands each partition's batches one after another, the next as soon as onBatch resolves for the one before. */
 class ScriptedTransport implements Transport {
   readonly commits: CommitOffset[][] = [];
-  /** At each onBatch resolved: the records of every batch resolved so far, and the records buffered by then. */
-  readonly resolvedAt: { resolved: number; received: number }[] = [];
+  /**
+   * At each onBatch resolved: the records of every batch resolved so far, the records buffered by then, and the
+   * flushes in flight (started, not yet written).
+   */
+  readonly resolvedAt: { resolved: number; received: number; flushing: number }[] = [];
   #resolved = 0;
   readonly replayable: boolean;
   readonly #received: () => Promise<number>;
+  readonly #flushing: () => Promise<number>;
   /** Resolves once every batch was taken; set when the pipeline starts the transport. */
   handedAll: Promise<unknown> | undefined;
 
@@ -51,9 +55,15 @@ class ScriptedTransport implements Transport {
   /** Set once partition 0 is revoked (once its hand-over settled, with one): commits made from then on. */
   commitsAfterRevoke: CommitOffset[][] | undefined;
 
-  constructor(replayable: boolean, received: () => Promise<number>, opts: Script) {
+  constructor(
+    replayable: boolean,
+    received: () => Promise<number>,
+    flushing: () => Promise<number>,
+    opts: Script,
+  ) {
     this.replayable = replayable;
     this.#received = received;
+    this.#flushing = flushing;
     this.#revokeAfter = opts.revokeAfter;
     this.#handOver = opts.handOver ?? false;
     this.#refuseAtDrainMs = opts.refuseCommitsAtDrainMs ?? 0;
@@ -73,7 +83,11 @@ class ScriptedTransport implements Transport {
         return;
       }
       this.#resolved += PER_BATCH;
-      this.resolvedAt.push({ resolved: this.#resolved, received: await this.#received() });
+      this.resolvedAt.push({
+        resolved: this.#resolved,
+        received: await this.#received(),
+        flushing: await this.#flushing(),
+      });
     }
   }
 
@@ -143,7 +157,11 @@ async function run(
     const metrics = createMetrics({ defaultMetrics: false });
     const memory = resolveMemoryLimit(512 << 20, 0.85);
     const received = async () => (await metrics.messagesReceived.get()).values[0]?.value ?? 0;
-    const transport = new ScriptedTransport(replayable, received, script);
+    // Flushes started less those written (each written one observes its duration).
+    const flushing = async () =>
+      ((await metrics.flushOperations.get()).values[0]?.value ?? 0) -
+      ((await metrics.flushDuration.get()).values.find((v) => v.metricName?.endsWith("_count"))?.value ?? 0);
+    const transport = new ScriptedTransport(replayable, received, flushing, script);
     const pipeline = new Pipeline({
       config,
       transport,
@@ -184,6 +202,14 @@ test("a push source's batches are all archived once, each partition's in order, 
     early.length > 0,
     `every onBatch waited for its batch to be buffered: ${JSON.stringify(transport.resolvedAt)}`,
   );
+});
+
+test("one destination: intake waits while a few of its flushes are in flight, however fast it reads", async () => {
+  const { transport } = await run(false);
+  // Its flushes compress and append one after another: intake goes on only once fewer than 4 are in flight, and a
+  // batch buffered then starts at most 4 more (2,500 records, flush_records 700).
+  const most = Math.max(...transport.resolvedAt.map((r) => r.flushing));
+  assert.ok(most <= 7, `${most} flushes of one destination in flight: ${JSON.stringify(transport.resolvedAt)}`);
 });
 
 test("on kafka, what the drain commits is archived, in order, whatever was still buffering", async () => {

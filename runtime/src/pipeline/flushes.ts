@@ -15,6 +15,12 @@ import { backoffDelay, type Backoff } from "../store/backoff.ts";
 import { setTimeout as sleep } from "node:timers/promises";
 
 const MAX_FLUSHES_IN_FLIGHT = 256;
+/**
+ * One destination's flushes in flight at most before intake waits: they compress and append one after another (see
+ * #chains), so past a few they only wait, each holding its records and the route replies they lie in. With one
+ * destination (topic routing) intake outran its one compressing lane until 256 flushes (~450 MiB) were waiting.
+ */
+const MAX_FLUSHES_A_DESTINATION = 4;
 /** Parked files rolling past which intake waits (see WriterPool.completing). */
 const MAX_COMPLETING = 256;
 const LOCAL_WRITE_BACKOFF: Backoff = { minMs: 100, maxMs: 5000 };
@@ -44,6 +50,9 @@ export class Flushes {
   readonly #d: FlushesDeps;
   /** Per destination, the promise of its last append: frames of one destination reach the writer in flush order. */
   readonly #chains = new Map<string, Promise<void>>();
+  /** Per destination, its flushes in flight; and how many destinations have MAX_FLUSHES_A_DESTINATION or more. */
+  readonly #depth = new Map<string, number>();
+  #deep = 0;
   /** Flushes, and the dead-letter writes and read-backs the drain waits for too (track). */
   readonly #inflight = new Set<Promise<void>>();
   #inflightBytes = 0;
@@ -69,6 +78,9 @@ export class Flushes {
     m.flushOperations.inc();
     if (b.trigger === "evict") m.hotBufferEvictions.inc();
     m.batchSizeBytes.observe(bytes);
+    const depth = (this.#depth.get(b.destination) ?? 0) + 1;
+    this.#depth.set(b.destination, depth);
+    if (depth === MAX_FLUSHES_A_DESTINATION) this.#deep++;
     const prev = this.#chains.get(b.destination);
     // Compressed on the lane that appends it (see codec/lanes.ts compressAppend), in the destination's order.
     const next = (prev ?? Promise.resolve())
@@ -83,6 +95,10 @@ export class Flushes {
       .finally(() => {
         // The frame is on file (or its records dead-lettered from a copy, or Errored): nothing reads the pieces again.
         releaseFlush(b, this.#d.spill);
+        const left = (this.#depth.get(b.destination) ?? 1) - 1;
+        if (left === MAX_FLUSHES_A_DESTINATION - 1) this.#deep--;
+        if (left === 0) this.#depth.delete(b.destination);
+        else this.#depth.set(b.destination, left);
         this.#inflightBytes -= bytes;
         this.#inflight.delete(next);
         if (this.#chains.get(b.destination) === next) this.#chains.delete(b.destination);
@@ -154,9 +170,12 @@ export class Flushes {
     }
   }
 
-  /** A local write retrying, or no room (see hasRoom): intake waits, so compress and write queues stay short. */
+  /**
+   * A local write retrying, a destination with MAX_FLUSHES_A_DESTINATION in flight, or no room (see hasRoom): intake
+   * waits, so compress and write queues stay short.
+   */
   saturated(): boolean {
-    return this.#stalled > 0 || !this.hasRoom();
+    return this.#stalled > 0 || this.#deep > 0 || !this.hasRoom();
   }
 
   /** Flushes in flight, and parked files rolling, are within their bounds: another flush may start. */

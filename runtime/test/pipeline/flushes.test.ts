@@ -104,6 +104,25 @@ test("past the bytes in flight, intake waits for room, and has it once a flush l
   assert.equal(h.flushes.saturated(), false);
 });
 
+test("one destination with 4 flushes in flight holds intake; as its first lands, intake goes on", async () => {
+  const h = harness();
+  // Many destinations with 3 each: nothing waits.
+  for (const d of ["a", "b", "c"]) for (const i of [1, 2, 3]) h.flushes.flush(batch(d, String(i)));
+  assert.equal(h.flushes.saturated(), false);
+  h.flushes.flush(batch("a", "4"));
+  assert.ok(h.flushes.saturated(), "a's 4th flush in flight did not hold intake");
+  assert.ok(h.flushes.hasRoom(), "the drain's and age flushes' room is the shared bounds only");
+  let roomy = false;
+  const room = h.flushes.room().then(() => (roomy = true));
+  await turn();
+  h.take("b:1").land();
+  await turn();
+  assert.equal(roomy, false, "another destination's flush landing let intake go on");
+  h.take("a:1").land();
+  await room;
+  assert.equal(h.flushes.saturated(), false);
+});
+
 test("past 256 parked files rolling, intake waits; a roll done wakes it, and buffers may flush at their age", async () => {
   const h = harness();
   h.writers.completing = 257;
