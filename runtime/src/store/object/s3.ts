@@ -1,7 +1,7 @@
 // S3 and MinIO: one request (PutObject) per attempt for a file of one part's size or less, else one multipart upload.
-// Every request that carries bytes carries their CRC32, which the store checks. Credentials: the config's static keys when set, else the AWS
-// SDK's default provider chain (AWS_* env, web identity / IRSA, ECS and EC2 instance metadata), which reads the
-// process environment itself. MinIO is S3 on its own endpoint, path-style, with keys it always needs.
+// Every request that carries bytes carries their CRC32, which the store checks. Credentials: the config's static keys
+// when set, else the AWS SDK's default provider chain (AWS_* env, web identity / IRSA, ECS and EC2 instance metadata),
+// which reads the process environment itself. MinIO is S3 on its own endpoint, path-style, with keys it always needs.
 import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
