@@ -55,12 +55,7 @@ class ScriptedTransport implements Transport {
   /** Set once partition 0 is revoked (once its hand-over settled, with one): commits made from then on. */
   commitsAfterRevoke: CommitOffset[][] | undefined;
 
-  constructor(
-    replayable: boolean,
-    received: () => Promise<number>,
-    flushing: () => Promise<number>,
-    opts: Script,
-  ) {
+  constructor(replayable: boolean, received: () => Promise<number>, flushing: () => Promise<number>, opts: Script) {
     this.replayable = replayable;
     this.#received = received;
     this.#flushing = flushing;
