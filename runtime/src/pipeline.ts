@@ -306,11 +306,12 @@ export class Pipeline implements TransportSink {
 
   #gauges(): void {
     const s = this.#buffers.stats();
-    const inflightBytes = this.#flushes.inflightBytes;
+    // Flushes in flight, and what the spill holds in memory (its chunks before they are on file), are buffered too.
+    const buffered = s.bytes + this.#flushes.inflightBytes + (this.#spill?.memory ?? 0);
     this.#m.hotBuffersActive.set(s.buffers);
     this.#m.hotBuffersBytes.set(s.bytes);
     this.#m.spilledBytes.set(this.#spill?.bytes ?? 0);
-    this.#m.bufferBytes.set(s.bytes + inflightBytes);
+    this.#m.bufferBytes.set(buffered);
     this.#m.bufferRecords.set(s.records);
     this.#m.heldRecords.set(this.#tracker.heldRecords());
     this.#m.heldOffsetBytes.set(this.#tracker.heldBytes());
@@ -319,7 +320,7 @@ export class Pipeline implements TransportSink {
     this.#regulation.cycle({
       lagRecords: lag,
       receivedRecords: this.#intake.received,
-      bufferBytes: s.bytes + inflightBytes,
+      bufferBytes: buffered,
     });
     this.#intake.reportRouting();
   }

@@ -1,11 +1,15 @@
 // The spill: where hot buffers put what they hold when the bound is reached, rather than flush it as a small frame.
 // With 10,000 destinations under a 512 MiB limit the hot buffers get some 6 KB each, so every flush was a frame of
 // about 8 records (257,069 flushes for 2M records), each compressed, appended and counted on its own. A spilled
-// buffer writes its records to one of a few append-only files in the spool and keeps only where they lie; its next
-// real flush reads them back ahead of what it holds in memory, so a destination's frame is still one standard frame
-// of all its records in order, at flush_bytes, its age or the drain. Spilled records stay held (their offsets are not
-// committed) until the frame holding them is durable, so the spill is never recovered: each file is unlinked as soon
-// as it is open, and its space goes back when it is closed or its process ends, however it ends.
+// buffer's records go to a segment of the spill and the buffer keeps only where they lie; its next real flush reads
+// them back ahead of what it holds in memory, so a destination's frame is still one standard frame of all its records
+// in order, at flush_bytes, its age or the drain. Spilled records stay held (their offsets are not committed) until
+// the frame holding them is durable, so the spill is never recovered: each file is unlinked as soon as it is open,
+// and its space goes back when it is closed or its process ends, however it ends.
+// Segments are copied into a chunk in memory, and a full chunk goes to file in one write. A write (and its promise,
+// its index buffers and its settle handlers) per segment was a third of what the event loop allocated at 10,000
+// destinations: 230,000 writes of about 6 KB for 2M records, each holding the buffer's memory until it landed. A
+// segment is read from its chunk while the chunk is in memory, from its file after.
 import { randomBytes } from "node:crypto";
 import { mkdirSync, readSync, rmSync } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
@@ -13,11 +17,14 @@ import { join } from "node:path";
 
 /** A spill file past this size is closed for writing, and removed once nothing in it is read again. */
 const FILE_BYTES = 256 << 20;
+/** What a chunk gathers before it is written; a larger segment takes a chunk of its own. */
+const CHUNK_BYTES = 1 << 20;
 /**
- * Spill writes on their way at most; past it a relieved buffer flushes a frame instead. Unbounded, 100,000
- * destinations put 28,000 writes in the file pool's queue at once, each holding its records, and ran the heap out.
+ * Chunks full and on their way to file at most: past it the spill has no room, and a relieved buffer flushes a frame
+ * instead. Their memory is what the spill holds beside the one chunk filling and a few spares.
  */
-const MAX_WRITING = 256;
+export const MAX_WRITING = 32;
+const SPARE_CHUNKS = 4;
 
 interface SpillFile {
   readonly path: string;
@@ -26,28 +33,37 @@ interface SpillFile {
   opened?: FileHandle;
   /** Bytes written or reserved. */
   size: number;
-  /** Segments in it not yet released. */
+  /** Chunks in it with a segment not yet released. */
   live: number;
 }
 
+/** Segments gathered in memory, then written end to end at `at` in `file` (set once the chunk is full). */
+interface Chunk {
+  /** What the chunk holds while it fills and until its write lands; for good if the write failed (a full spool). */
+  block: Buffer | undefined;
+  length: number;
+  file: SpillFile | undefined;
+  at: number;
+  /** Segments in it not yet released. */
+  live: number;
+  /**
+   * Filling; full and being written; on file (its segments read from there); or kept in memory for good, its write
+   * having failed.
+   */
+  state: "filling" | "writing" | "onFile" | "kept";
+}
+
 /**
- * One spilled piece of a buffer, at `at` in `file`: its records' bytes, then their ends (u32), offsets (f64) and
+ * One spilled piece of a buffer, at `at` in its chunk: its records' bytes, then their ends (u32), offsets (f64) and
  * partition runs (u32 triples, as FlushBatch.runs).
  */
 export interface Segment {
-  readonly file: SpillFile;
+  readonly chunk: Chunk;
   readonly at: number;
   readonly bytes: number;
   readonly records: number;
   /** Numbers in its runs (three a run). */
   readonly runs: number;
-  /** While the write is on its way: settles once the segment is on file; then dropped, as each costs heap. */
-  writing: Promise<void> | undefined;
-  /**
-   * What the segment holds (records, then index), copied when its write failed (a full spool): read from memory
-   * from then on, so a failed spill loses nothing and needs no restart.
-   */
-  kept?: Buffer;
 }
 
 /** A spilled segment read back whole. */
@@ -62,23 +78,33 @@ export class Spill {
   readonly #dir: string;
   readonly #budget: number;
   #failed = false;
-  #current: SpillFile | undefined;
+  #file: SpillFile | undefined;
+  #chunk: Chunk | undefined;
+  /** Chunk blocks written and kept for the next chunk. */
+  readonly #spare: Buffer[] = [];
   #seq = 0;
   /** Bytes of live segments, data and index. */
   #bytes = 0;
-  /** Writes started and not yet settled. */
+  /** Chunks sealed whose write has not landed. */
   #writing = 0;
+  /** Bytes of segments in chunks held in memory. */
+  #memory = 0;
+  readonly #chunkBytes: number;
   /** Bytes read back and not yet given back (see take), and the reads waiting for room. */
   #reading = 0;
   readonly #readCap: number;
   readonly #waiting: { bytes: number; go: () => void }[] = [];
+  /** Settles once no chunk is on its way to file. */
+  #landed: Promise<void> = Promise.resolve();
+  #land: (() => void) | undefined;
 
   /**
    * Spills into `dir` at most `budgetBytes`; at most `readCapBytes` are read back at once (the drain flushes every
    * destination together).
    */
-  constructor(dir: string, budgetBytes: number, readCapBytes: number) {
+  constructor(dir: string, budgetBytes: number, readCapBytes: number, chunkBytes = CHUNK_BYTES) {
     mkdirSync(dir, { recursive: true });
+    this.#chunkBytes = chunkBytes;
     this.#dir = dir;
     this.#budget = budgetBytes;
     this.#readCap = readCapBytes;
@@ -89,15 +115,28 @@ export class Spill {
     return this.#bytes;
   }
 
-  /**
-   * Whether `writes` more writes of `bytes` together may start now: within the budget and MAX_WRITING (none once a
-   * write failed: the buffers flush frames instead).
-   */
-  room(bytes: number, writes = 1): boolean {
-    return !this.#failed && this.#writing + writes <= MAX_WRITING && this.#bytes + bytes <= this.#budget;
+  /** Bytes of segments the spill holds in memory: in the chunk filling, and those on their way to file. */
+  get memory(): number {
+    return this.#memory;
   }
 
-  /** Starts writing `pieces` (`bytes` together) and the records' ends, offsets and runs; returns where they will lie. */
+  /** Settles once no chunk is on its way to file. */
+  landed(): Promise<void> {
+    return this.#landed;
+  }
+
+  /**
+   * Whether `bytes` more may be spilled now: within the budget and while at most MAX_WRITING chunks are on their way
+   * to file (never once a write failed: the buffers flush frames instead).
+   */
+  room(bytes: number): boolean {
+    return !this.#failed && this.#writing < MAX_WRITING && this.#bytes + bytes <= this.#budget;
+  }
+
+  /**
+   * Copies `pieces` (`bytes` together) and the records' ends, offsets and runs into the spill; the caller may reuse
+   * their memory as soon as this returns.
+   */
   write(
     pieces: readonly Buffer[],
     bytes: number,
@@ -107,96 +146,162 @@ export class Spill {
   ): Segment {
     const records = ends.length;
     const length = bytes + records * 12 + runs.length * 4;
-    let file = this.#current;
-    if (file === undefined || file.size + length > FILE_BYTES) {
-      if (file !== undefined && file.live === 0) void this.#remove(file);
-      // Named apart from any other process's spill in the same directory, for the moment until it is unlinked.
-      const path = join(this.#dir, `${process.pid}-${randomBytes(4).toString("hex")}-${this.#seq++}.spill`);
-      const handle = open(path, "wx+").then((h) => {
-        rmSync(path, { force: true });
-        return h;
-      });
-      const made: SpillFile = { path, handle, size: 0, live: 0 };
-      handle.then(
-        (h) => (made.opened = h),
-        () => undefined,
-      );
-      file = made;
-      this.#current = file;
+    let chunk = this.#chunk;
+    if (chunk !== undefined && chunk.length + length > (chunk.block?.length ?? 0)) {
+      this.#seal(chunk);
+      chunk = undefined;
     }
-    const at = file.size;
-    file.size += length;
-    file.live++;
+    chunk ??= this.#open(length);
+    const block = chunk.block as Buffer;
+    let at = chunk.length;
+    for (const p of pieces) at += p.copy(block, at);
+    at += Buffer.from(ends.buffer, ends.byteOffset, records * 4).copy(block, at);
+    at += Buffer.from(offsets.buffer, offsets.byteOffset, records * 8).copy(block, at);
+    for (const r of runs) at = block.writeUInt32LE(r, at);
+    const segment: Segment = { chunk, at: chunk.length, bytes, records, runs: runs.length };
+    chunk.length = at;
+    chunk.live++;
     this.#bytes += length;
-    const index = [
-      Buffer.from(ends.buffer, ends.byteOffset, records * 4),
-      Buffer.from(offsets.buffer, offsets.byteOffset, records * 8),
-      Buffer.from(Uint32Array.from(runs).buffer),
-    ];
-    const writing = file.handle.then(async (h) => {
-      let done = 0;
-      const all = [...pieces, ...index];
-      // writev may write less than asked; the rest goes again from where it stopped.
-      while (done < length) {
-        const { bytesWritten } = await h.writev(rest(all, done), at + done);
-        done += bytesWritten;
-      }
-    });
-    const segment: Segment = { file, at, bytes, records, runs: runs.length, writing };
-    this.#writing++;
-    // Settled before the caller's own handlers run (registered first), so the copy is made before it frees pieces.
-    writing.then(
-      () => {
-        segment.writing = undefined;
-        this.#writing--;
-      },
-      () => {
-        segment.kept = Buffer.concat([...pieces, ...index], length);
-        segment.writing = undefined;
-        this.#writing--;
-        this.#failed = true;
-      },
-    );
+    this.#memory += length;
     return segment;
   }
 
-  /** Reads the segments' records into `into`, end to end, once each is on file. */
-  async read(segments: readonly Segment[], into: Buffer): Promise<void> {
-    let at = 0;
-    await Promise.all(
-      segments.map(async (s) => {
-        const to = at;
-        at += s.bytes;
-        await s.writing;
-        if (s.kept !== undefined) {
-          s.kept.copy(into, to, 0, s.bytes);
-          return;
+  /** A chunk to fill, with room for `length` at least. */
+  #open(length: number): Chunk {
+    const block =
+      (length <= this.#chunkBytes ? this.#spare.pop() : undefined) ??
+      Buffer.allocUnsafeSlow(Math.max(this.#chunkBytes, length));
+    const chunk: Chunk = { block, length: 0, file: undefined, at: 0, live: 0, state: "filling" };
+    this.#chunk = chunk;
+    return chunk;
+  }
+
+  /** Takes no more segments into `chunk`, and writes it at the end of the current file unless none is live. */
+  #seal(chunk: Chunk): void {
+    if (this.#chunk === chunk) this.#chunk = undefined;
+    if (chunk.live === 0) {
+      this.#freeBlock(chunk);
+      return;
+    }
+    chunk.state = "writing";
+    let file = this.#file;
+    if (file === undefined || file.size + chunk.length > FILE_BYTES) {
+      if (file !== undefined && file.live === 0) void this.#remove(file);
+      file = this.#newFile();
+      this.#file = file;
+    }
+    chunk.file = file;
+    chunk.at = file.size;
+    file.size += chunk.length;
+    file.live++;
+    if (this.#writing++ === 0) this.#landed = new Promise((resolve) => (this.#land = resolve));
+    const block = chunk.block as Buffer;
+    const at = chunk.at;
+    const length = chunk.length;
+    file.handle
+      .then(async (h) => {
+        // A write may take less than asked; the rest goes again from where it stopped.
+        for (let done = 0; done < length;) {
+          const { bytesWritten } = await h.write(block, done, length - done, at + done);
+          done += bytesWritten;
         }
-        const h = await s.file.handle;
-        for (let done = 0; done < s.bytes;) {
-          const { bytesRead } = await h.read(into, to + done, s.bytes - done, s.at + done);
-          if (bytesRead === 0) throw new Error(`spill ${s.file.path} ended at ${s.at + done}`);
-          done += bytesRead;
-        }
-      }),
-    );
+      })
+      .then(
+        () => {
+          chunk.state = "onFile";
+          this.#freeBlock(chunk);
+          this.#wrote(chunk);
+        },
+        () => {
+          // Kept: its segments are read from memory from then on, so a failed spill loses nothing.
+          chunk.state = "kept";
+          this.#failed = true;
+          this.#wrote(chunk);
+        },
+      );
+  }
+
+  #wrote(chunk: Chunk): void {
+    if (--this.#writing === 0) this.#land?.();
+    if (chunk.live === 0) this.#retire(chunk);
   }
 
   /**
-   * Reads a segment on file whole, now (a revoke or a refused batch, both rare; see written): its records, ends,
-   * offsets and runs.
+   * A chunk written (or kept) with no live segment left: its block goes, and its file once none of the file's chunks
+   * is live and it is written no more. Not before its write lands: closing the file under it would fail the write.
    */
-  readNow(s: Segment): SpilledRecords {
-    const opened = s.file.opened;
-    if (!written(s)) throw new Error(`spill ${s.file.path} read before it was written`);
-    const whole = s.kept ?? Buffer.alloc(s.bytes + s.records * 12 + s.runs * 4);
-    for (let done = s.kept === undefined ? 0 : whole.length; done < whole.length;) {
-      if (opened === undefined) throw new Error(`spill ${s.file.path} read before it was opened`);
-      const n = readSync(opened.fd, whole, done, whole.length - done, s.at + done);
-      if (n === 0) throw new Error(`spill ${s.file.path} ended at ${s.at + done}`);
-      done += n;
+  #retire(chunk: Chunk): void {
+    this.#freeBlock(chunk);
+    const file = chunk.file as SpillFile;
+    if (--file.live === 0 && file !== this.#file) void this.#remove(file);
+  }
+
+  #newFile(): SpillFile {
+    // Named apart from any other process's spill in the same directory, for the moment until it is unlinked.
+    const path = join(this.#dir, `${process.pid}-${randomBytes(4).toString("hex")}-${this.#seq++}.spill`);
+    const handle = open(path, "wx+").then((h) => {
+      rmSync(path, { force: true });
+      return h;
+    });
+    const made: SpillFile = { path, handle, size: 0, live: 0 };
+    handle.then(
+      (h) => (made.opened = h),
+      () => undefined,
+    );
+    return made;
+  }
+
+  /** The chunk's block goes back for the next chunk (a few are kept), or is dropped. */
+  #freeBlock(chunk: Chunk): void {
+    const block = chunk.block;
+    chunk.block = undefined;
+    if (block === undefined) return;
+    this.#memory -= chunk.length;
+    if (block.length === this.#chunkBytes && this.#spare.length < SPARE_CHUNKS) this.#spare.push(block);
+  }
+
+  /** Reads the segments' records into `into`, end to end: from their chunks where in memory, else from file. */
+  async read(segments: readonly Segment[], into: Buffer): Promise<void> {
+    let to = 0;
+    const reads: Promise<void>[] = [];
+    for (const s of segments) {
+      const block = s.chunk.block;
+      if (block !== undefined) block.copy(into, to, s.at, s.at + s.bytes);
+      else reads.push(this.#readFile(s, into, to));
+      to += s.bytes;
     }
-    // Copied out so the index is aligned for its typed arrays.
+    await Promise.all(reads);
+  }
+
+  async #readFile(s: Segment, into: Buffer, to: number): Promise<void> {
+    const file = s.chunk.file as SpillFile;
+    const from = s.chunk.at + s.at;
+    const h = await file.handle;
+    for (let done = 0; done < s.bytes;) {
+      const { bytesRead } = await h.read(into, to + done, s.bytes - done, from + done);
+      if (bytesRead === 0) throw new Error(`spill ${file.path} ended at ${from + done}`);
+      done += bytesRead;
+    }
+  }
+
+  /** Reads a segment whole, now (a revoke or a refused batch, both rare): its records, ends, offsets and runs. */
+  readNow(s: Segment): SpilledRecords {
+    const length = s.bytes + s.records * 12 + s.runs * 4;
+    let whole: Buffer;
+    const block = s.chunk.block;
+    if (block !== undefined) whole = block.subarray(s.at, s.at + length);
+    else {
+      const file = s.chunk.file as SpillFile;
+      const opened = file.opened;
+      if (opened === undefined) throw new Error(`spill ${file.path} read before it was opened`);
+      whole = Buffer.allocUnsafe(length);
+      for (let done = 0; done < length;) {
+        const n = readSync(opened.fd, whole, done, length - done, s.chunk.at + s.at + done);
+        if (n === 0) throw new Error(`spill ${file.path} ended at ${s.chunk.at + s.at + done}`);
+        done += n;
+      }
+    }
+    // Copied out, so the index is aligned for its typed arrays and outlives the chunk.
     const ends = new Uint32Array(s.records);
     const offsets = new Float64Array(s.records);
     const runs = new Uint32Array(s.runs);
@@ -205,13 +310,18 @@ export class Spill {
       Buffer.from(into.buffer).set(whole.subarray(at, at + into.byteLength));
       at += into.byteLength;
     }
-    return { data: whole.subarray(0, s.bytes), ends, offsets, runs: [...runs] };
+    return { data: Buffer.from(whole.subarray(0, s.bytes)), ends, offsets, runs: [...runs] };
   }
 
-  /** The segment is read no more: its file goes once none of its segments is live and it is written no more. */
+  /** The segment is read no more: a chunk filling with no live segment left starts again from its head. */
   release(s: Segment): void {
     this.#bytes -= s.bytes + s.records * 12 + s.runs * 4;
-    if (--s.file.live === 0 && s.file !== this.#current) void this.#remove(s.file);
+    const chunk = s.chunk;
+    if (--chunk.live > 0) return;
+    if (chunk.state === "filling") {
+      this.#memory -= chunk.length;
+      chunk.length = 0;
+    } else if (chunk.state !== "writing") this.#retire(chunk);
   }
 
   /** Waits for room to read back `bytes` (given back with give); one read always goes, however large. */
@@ -237,10 +347,11 @@ export class Spill {
     return this.#reading > 0 && this.#reading + bytes > this.#readCap;
   }
 
-  /** Closes the file being written (the drain, once every flush landed). */
+  /** Closes the file being written (the drain, once every flush landed), once no chunk is on its way to it. */
   async close(): Promise<void> {
-    const current = this.#current;
-    this.#current = undefined;
+    await this.#landed;
+    const current = this.#file;
+    this.#file = undefined;
     if (current !== undefined) await this.#remove(current);
   }
 
@@ -252,23 +363,4 @@ export class Spill {
       // Never opened, or closed already.
     }
   }
-}
-
-/** Whether the segment's write has settled (on file, or kept in memory), so readNow can read it. */
-export function written(s: Segment): boolean {
-  return s.writing === undefined;
-}
-
-/** `pieces` from byte `skip` of their concatenation on. */
-function rest(pieces: readonly Buffer[], skip: number): Buffer[] {
-  const out: Buffer[] = [];
-  for (const p of pieces) {
-    if (skip >= p.length) {
-      skip -= p.length;
-      continue;
-    }
-    out.push(skip > 0 ? p.subarray(skip) : p);
-    skip = 0;
-  }
-  return out;
 }

@@ -13,7 +13,7 @@ import {
   type BufferedRecords,
   type FlushBatch,
 } from "../../src/buffer/hot.ts";
-import { Spill } from "../../src/buffer/spill.ts";
+import { MAX_WRITING, Spill } from "../../src/buffer/spill.ts";
 import { OffsetTracker } from "../../src/delivery/tracker.ts";
 
 function pool(over: Partial<ConstructorParameters<typeof HotBufferPool>[0]> = {}) {
@@ -275,18 +275,16 @@ test("shed flushes the largest buffers down to half of what all of them hold", (
   assert.deepEqual(p.stats(), { buffers: 0, bytes: 0, records: 0 });
 });
 
-/** Resolves once `cond` holds, polling; fails after 5 s. */
-async function until(cond: () => boolean): Promise<void> {
-  for (const t0 = Date.now(); !cond(); await new Promise((r) => setTimeout(r, 10))) {
-    if (Date.now() - t0 > 5000) assert.fail("condition not met in 5 s");
-  }
-}
-
 /** A spill in a temp directory of its own, removed after the test. */
-function spillFor(t: { after: (fn: () => void) => void }, budget = 1 << 20, readCap = 1 << 20): Spill {
+function spillFor(
+  t: { after: (fn: () => void) => void },
+  budget = 1 << 20,
+  readCap = 1 << 20,
+  chunkBytes?: number,
+): Spill {
   const dir = mkdtempSync(join(tmpdir(), "dfe-spill-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  return new Spill(dir, budget, readCap);
+  return new Spill(dir, budget, readCap, chunkBytes);
 }
 
 test("past the bound buffers spill rather than flush, and their flush reads the spill back first, in order", async (t) => {
@@ -298,8 +296,7 @@ test("past the bound buffers spill rather than flush, and their flush reads the 
   p.add("a", 0, rec(2, "A".repeat(40)));
   assert.equal(flushed.length, 0, "relieved by the spill: no frame yet");
   assert.ok(spill.bytes > 0);
-  // Its memory goes back once the spill is written.
-  await until(() => p.stats().bytes <= 100);
+  assert.ok(p.stats().bytes <= 100, "the relieved buffers' memory goes back at once: the spill holds a copy");
   assert.equal(p.stats().records, 3, "spilled records still count as buffered");
   p.add("a", 0, rec(3, "tail"));
   p.flushAll();
@@ -328,8 +325,7 @@ test("a revoked partition's spilled records are read back and discarded with the
   p.add("d", a, rec(0, "a".repeat(40)));
   p.add("d", b, rec(1, "b".repeat(40)));
   p.add("e", a, rec(2, "e".repeat(40)));
-  // A revoke discards spilled records once they are on file (before, they are kept and written: read again).
-  await until(() => p.stats().bytes === 41);
+  assert.equal(p.stats().bytes, 41);
   p.add("d", a, rec(3, "tail"));
   assert.equal(p.discardSlots(new Set([b])), 1);
   p.flushAll();
@@ -351,38 +347,59 @@ test("a revoked partition's hand-over flushes its spilled records too, those in 
   assert.equal(p.stats().records, 3);
   // In memory "d" now holds slot a alone, and "f" nothing: only their spilled records are slot b's.
   p.add("d", a, rec(3, "tail"));
-  // Not waiting for the spill's writes: the flush's read waits for them. Least recently used first: "f", then "d".
+  // Those holding records in memory first ("d"), then those whose records are all spilled ("f").
   p.flushSlots(new Set([b]));
   assert.deepEqual(
     flushed.map((x) => [x.destination, x.trigger, x.records, x.spilled.length]),
     [
-      ["f", "revoke", 1, 1],
       ["d", "revoke", 2, 1],
+      ["f", "revoke", 1, 1],
     ],
   );
   const read = await Promise.all(flushed.map(async (x) => Buffer.concat(await flushPieces(x, spill)).toString()));
-  assert.deepEqual(read, [`${"f".repeat(44)}\n`, `${"d".repeat(45)}\ntail\n`]);
+  assert.deepEqual(read, [`${"d".repeat(45)}\ntail\n`, `${"f".repeat(44)}\n`]);
   assert.deepEqual(
     flushed.map((x) => x.hold.slots),
-    [[b], [b, a]],
+    [[b, a], [b]],
   );
   assert.deepEqual(p.stats(), { buffers: 1, bytes: 31, records: 1 }, "slot a's own buffer stays");
   for (const x of flushed) releaseFlush(x, spill);
   assert.equal(spill.bytes, 0);
 });
 
-test("spill files are unlinked once open, and reads wait within the read cap", async (t) => {
+test("segments gather in a chunk in memory; a full chunk goes to file in one write, unlinked once open", async (t) => {
   const dir = mkdtempSync(join(tmpdir(), "dfe-spill-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const spill = new Spill(dir, 1 << 20, 100);
-  const s = spill.write([Buffer.from("hello\n")], 6, new Uint32Array([6]), new Float64Array([7]), [3, 1, 6]);
-  await s.writing;
+  // Chunks of 64 bytes: a segment of "hello\n" takes 6 + 12 + 12 bytes, so two fill one.
+  const spill = new Spill(dir, 1 << 20, 100, 64);
+  const one = () =>
+    spill.write([Buffer.from("hel"), Buffer.from("lo\n")], 6, new Uint32Array([6]), new Float64Array([7]), [3, 1, 6]);
+  const segments = [one(), one()];
+  assert.equal(spill.memory, 60, "in memory until its chunk is full");
+  assert.deepEqual(readdirSync(dir), [], "no file before a chunk is full");
+  segments.push(one());
+  await spill.landed();
+  assert.equal(spill.memory, 30, "the full chunk is on file, the third segment's is filling");
   assert.deepEqual(readdirSync(dir), [], "nothing left to find after a crash");
-  const back = spill.readNow(s);
-  assert.deepEqual(
-    [back.data.toString(), [...back.ends], [...back.offsets], back.runs],
-    ["hello\n", [6], [7], [3, 1, 6]],
-  );
+  for (const s of segments) {
+    const back = spill.readNow(s);
+    assert.deepEqual(
+      [back.data.toString(), [...back.ends], [...back.offsets], back.runs],
+      ["hello\n", [6], [7], [3, 1, 6]],
+    );
+  }
+  const into = Buffer.alloc(18);
+  await spill.read(segments, into);
+  assert.equal(into.toString(), "hello\n".repeat(3), "from file and from memory, end to end");
+  assert.equal(spill.bytes, 90);
+  for (const s of segments) spill.release(s);
+  assert.equal(spill.bytes, 0);
+  assert.equal(spill.memory, 0, "a filling chunk with nothing live starts again");
+  await spill.close();
+});
+
+test("reads wait within the read cap, and the budget bounds what is spilled", async (t) => {
+  const spill = spillFor(t, 100, 100);
   await spill.take(80);
   let second = false;
   const waiting = spill.take(30).then(() => (second = true));
@@ -391,44 +408,70 @@ test("spill files are unlinked once open, and reads wait within the read cap", a
   spill.give(80);
   await waiting;
   assert.equal(second, true);
-  assert.equal(spill.room(1 << 20), false, "the budget counts what is spilled");
+  assert.equal(spill.room(100), true);
+  const s = spill.write([Buffer.from("a\n")], 2, new Uint32Array([2]), new Float64Array([0]), [0, 1, 2]);
+  assert.equal(spill.room(100 - 26), true);
+  assert.equal(spill.room(100 - 25), false, "the budget counts what is spilled, index too");
   spill.release(s);
   await spill.close();
 });
 
-test("the spill takes at most 256 writes on their way: past them a relieved buffer flushes a frame", async (t) => {
-  const spill = spillFor(t);
-  assert.equal(spill.room(1, 256), true);
-  assert.equal(spill.room(1, 257), false);
-  const one = spill.write([Buffer.from("a\n")], 2, new Uint32Array([2]), new Float64Array([0]), [0, 1, 2]);
-  assert.equal(spill.room(1, 256), false, "one write on its way leaves room for 255");
-  await one.writing;
-  assert.equal(spill.room(1, 256), true);
-  spill.release(one);
+test(`the spill takes at most ${MAX_WRITING} chunks on their way: past them a relieved buffer flushes a frame`, async (t) => {
+  // Each 26-byte segment overflows a 16-byte chunk: it takes one of its own, and seals the one before.
+  const spill = spillFor(t, 1 << 20, 1 << 20, 16);
+  const write = () => spill.write([Buffer.from("a\n")], 2, new Uint32Array([2]), new Float64Array([0]), [0, 1, 2]);
+  const segments = Array.from({ length: MAX_WRITING }, write);
+  assert.equal(spill.room(1), true, `${MAX_WRITING - 1} chunks on their way`);
+  segments.push(write());
+  assert.equal(spill.room(1), false);
+  await spill.landed();
+  assert.equal(spill.room(1), true);
+  for (const s of segments) spill.release(s);
   await spill.close();
 });
 
 test("a spill whose write fails keeps its records in memory: the flush reads them, nothing is lost", async (t) => {
   const dir = mkdtempSync(join(tmpdir(), "dfe-spill-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const spill = new Spill(join(dir, "gone"), 1 << 20, 1 << 20);
+  // Chunks of 32 bytes, so each spilled buffer's segment goes to file (or fails to) once the next one comes.
+  const spill = new Spill(join(dir, "gone"), 1 << 20, 1 << 20, 32);
   // The spill's directory goes before its first file opens (a spool full or unmounted: the open fails).
   rmSync(join(dir, "gone"), { recursive: true });
   const { p, flushed } = pool({ capBytes: 200, spill });
   p.add("a", 0, rec(0, "a".repeat(40)));
   p.add("b", 0, rec(1, "b".repeat(30)));
   p.add("a", 0, rec(2, "A".repeat(40)));
-  await until(() => p.stats().bytes <= 100);
+  // Two more relieve the bound again: each spilled buffer seals the chunk before it.
+  p.add("c", 0, rec(3, "c".repeat(60)));
+  p.add("d", 0, rec(5, "d".repeat(60)));
+  await spill.landed();
   assert.equal(spill.room(1), false, "after a failed write nothing more is spilled");
-  p.add("a", 0, rec(3, "tail"));
+  p.add("a", 0, rec(4, "tail"));
   p.flushAll();
   const a = flushed.find((b) => b.destination === "a") as FlushBatch;
   const pieces = await flushPieces(a, spill);
   assert.deepEqual(Buffer.concat(pieces).toString().split("\n").slice(0, -1), ["a".repeat(40), "A".repeat(40), "tail"]);
   const whole = wholeBatch(a, spill);
-  assert.deepEqual([...whole.offsets], [0, 2, 3]);
+  assert.deepEqual([...whole.offsets], [0, 2, 4]);
   for (const b of flushed) releaseFlush(b, spill);
   assert.equal(spill.bytes, 0);
+  assert.equal(spill.memory, 0, "a kept chunk goes once nothing in it is live");
+});
+
+test("past the count, the least recently used buffer spills and goes cold: no frame, its records flushed later in order", (t) => {
+  const spill = spillFor(t);
+  const { p, flushed } = pool({ spill });
+  const { buffers } = hotBufferBounds(1 << 20, 1000);
+  for (let i = 0; i <= buffers; i++) p.add(`d${i}`, 0, rec(i, `r${i}`));
+  assert.equal(flushed.length, 0, "evicted into the spill, not flushed");
+  const stats = p.stats();
+  assert.deepEqual([stats.buffers, stats.records], [buffers + 1, buffers + 1], "the cold one counts too");
+  assert.equal(spill.bytes, 3 + 12 + 12, "d0's record, its end, offset and run");
+  p.add("d0", 0, rec(1000, "again"));
+  p.flushAll();
+  const d0 = flushed.find((b) => b.destination === "d0") as FlushBatch;
+  assert.equal(d0.spilled.length, 1, "its first record was spilled");
+  assert.equal(d0.records, 2);
 });
 
 test("aged buffers flush oldest first while there is room, and the rest wait for the next tick", () => {
