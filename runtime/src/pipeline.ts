@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { parsePathTemplate } from "./archive/path.ts";
-import { createWriterPool, type WriterPool } from "./archive/writers.ts";
+import { createWriterPool, PARKED_PER_WRITER, type WriterPool } from "./archive/writers.ts";
 import { HotBufferPool } from "./buffer/hot.ts";
 import { Spill } from "./buffer/spill.ts";
 import { createCodec } from "./codec/index.ts";
@@ -126,6 +126,8 @@ export class Pipeline implements TransportSink {
       flushBytes: cfg.buffer.flush_bytes,
       flushRecords: cfg.buffer.flush_records,
       flushAgeMs: cfg.buffer.flush_age_secs * 1000,
+      coldAgeMs: cfg.archive.roll_interval_secs * 1000,
+      coldPast: cfg.archive.max_writers * (1 + PARKED_PER_WRITER),
       capBytes,
       openHold: () => tracker.open(),
       onFlush: (b) => this.#flushes.flush(b),

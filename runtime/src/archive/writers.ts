@@ -89,7 +89,18 @@ export interface WriterPool<T> {
    * `ticket`. Rejects (with the store's or codec's ArchiverError) with nothing of the frame left on the file: the
    * ticket stays the caller's. Appends for one destination apply in call order.
    */
-  append(destination: string, block: Block, records: number, rawBytes: number, ticket: T): Promise<void>;
+  /**
+   * `since`: when the block's oldest record arrived (epoch milliseconds, default now); a file rolls on the interval by
+   * its oldest record's age, so a frame that waited in the spill does not wait a second interval in its file.
+   */
+  append(
+    destination: string,
+    block: Block,
+    records: number,
+    rawBytes: number,
+    ticket: T,
+    since?: number,
+  ): Promise<void>;
   /** Rolls files older than roll_interval_secs; call about once a second. */
   tick(): void;
   /**
@@ -111,6 +122,8 @@ export interface WriterPool<T> {
 interface OpenFile<T> {
   readonly file: ArchiveFile;
   readonly openedAt: number;
+  /** When its oldest record arrived: its age for the roll interval. */
+  oldest: number;
   readonly tickets: T[];
   readonly blockLengths: number[];
   readonly blockRecords: number[];
@@ -167,7 +180,14 @@ class Pool<T> implements WriterPool<T> {
     this.#now = opts.now ?? Date.now;
   }
 
-  append(destination: string, block: Block, records: number, rawBytes: number, ticket: T): Promise<void> {
+  append(
+    destination: string,
+    block: Block,
+    records: number,
+    rawBytes: number,
+    ticket: T,
+    since?: number,
+  ): Promise<void> {
     if (this.#closed) {
       return Promise.reject(new ArchiverError("writers_closed", "append after the writers closed", "permanent"));
     }
@@ -185,7 +205,7 @@ class Pool<T> implements WriterPool<T> {
       w = this.#waiting.get(destination) ?? parked ?? this.#newWriter(destination);
     }
     const writer = w;
-    return this.#enqueue(writer, () => this.#write(writer, block, records, rawBytes, ticket));
+    return this.#enqueue(writer, () => this.#write(writer, block, records, rawBytes, ticket, since ?? this.#now()));
   }
 
   tick(): void {
@@ -193,7 +213,7 @@ class Pool<T> implements WriterPool<T> {
     const maxAge = this.#o.rollIntervalSecs * 1000;
     for (const w of this.#open.values()) {
       const f = w.file;
-      if (f === undefined || f.rollQueued || now - f.openedAt < maxAge) continue;
+      if (f === undefined || f.rollQueued || now - f.oldest < maxAge) continue;
       f.rollQueued = true;
       void this.#enqueue(w, () => {
         if (w.file === f) this.#track(this.#roll(w, "interval"));
@@ -201,7 +221,7 @@ class Pool<T> implements WriterPool<T> {
     }
     for (const w of [...this.#parked.values()]) {
       const f = w.file;
-      if (f !== undefined && !f.rollQueued && now - f.openedAt >= maxAge) this.#rollParked(w, "interval");
+      if (f !== undefined && !f.rollQueued && now - f.oldest >= maxAge) this.#rollParked(w, "interval");
     }
   }
 
@@ -388,7 +408,7 @@ class Pool<T> implements WriterPool<T> {
     this.#o.metrics.writersParked.set(this.#parked.size);
   }
 
-  async #write(w: Writer<T>, block: Block, records: number, rawBytes: number, ticket: T): Promise<void> {
+  async #write(w: Writer<T>, block: Block, records: number, rawBytes: number, ticket: T, since: number): Promise<void> {
     // A parked writer whose file rolled opens its next file under the cap, like a new writer.
     if (w.file === undefined && !w.placed) await this.#place(w);
     const f = w.file ?? (await this.#openFile(w));
@@ -412,6 +432,7 @@ class Pool<T> implements WriterPool<T> {
     if (lastTicket === undefined || !this.#o.merge?.(lastTicket, ticket)) f.tickets.push(ticket);
     f.records += records;
     f.rawBytes += rawBytes;
+    if (since < f.oldest) f.oldest = since;
     this.#o.metrics.bytesCompressed.inc(length);
     // The roll's completion runs in the background; the next append opens the next file.
     if (f.file.size >= this.#o.rollSizeBytes) this.#track(this.#roll(w, "size"));
@@ -436,6 +457,7 @@ class Pool<T> implements WriterPool<T> {
     const f: OpenFile<T> = {
       file,
       openedAt,
+      oldest: openedAt,
       tickets: [],
       blockLengths: [],
       blockRecords: [],

@@ -49,6 +49,8 @@ export interface FlushBatch {
   readonly records: number;
   readonly hold: Hold;
   readonly trigger: FlushTrigger;
+  /** When the buffer took its first record (epoch milliseconds): the file it lands in rolls by that age. */
+  readonly openedAt: number;
   /** The pooled blocks the batch reads (its first piece's, its ends' and offsets'), given back by releaseFlush. */
   readonly blocks: readonly Buffer[];
   /** Byte offset one past each record's newline, so a refused batch can be split back into records. */
@@ -170,6 +172,15 @@ export interface HotBufferOptions {
   flushBytes: number;
   flushRecords: number;
   flushAgeMs: number;
+  /**
+   * With a spill, while more than `coldPast` destinations are buffered (the files the writers keep in progress): a
+   * buffer still far from flush_bytes at flush_age goes to the spill instead of flushing, and flushes once its oldest
+   * record is coldAgeMs old (the roll interval), unless flush_bytes, the drain or a revoke come first. Flushed at its
+   * age, each of a skewed workload's 90,000 tail destinations wrote a frame of a few records a minute, each into a file
+   * of its own once parked files outnumbered their bound: 273,756 files for 2M records.
+   */
+  coldAgeMs?: number;
+  coldPast?: number;
   /** The shared cap: bytes all buffers together may hold, at most (see hotBufferBounds). */
   capBytes: number;
   /** A new hold for a buffer that receives its first record. */
@@ -232,6 +243,10 @@ export class HotBufferPool {
   #ageNames: string[] = [];
   #ageTimes: number[] = [];
   #ageHead = 0;
+  /** Buffers spilled at flush_age, listed as #ageNames is, in the same order: they flush at coldAgeMs. */
+  #coldNames: string[] = [];
+  #coldTimes: number[] = [];
+  #coldHead = 0;
   #bytes = 0;
   readonly #boundBytes: number;
   readonly #maxBuffers: number;
@@ -389,6 +404,7 @@ export class HotBufferPool {
       records: b.spilledRecords + b.records,
       hold: b.hold,
       trigger,
+      openedAt: b.openedAt,
       blocks: [b.data, b.index].filter((x) => x !== undefined),
       ends: b.ends === undefined ? new Uint32Array(0) : b.ends.subarray(0, b.records),
       offsets: b.offsets === undefined ? new Float64Array(0) : b.offsets.subarray(0, b.records),
@@ -497,28 +513,55 @@ export class HotBufferPool {
   }
 
   /**
-   * Flushes buffers older than flush_age, oldest first, while `room` says more flushes may go in flight (call about
-   * once a second, and as flushes land). All at once, a skewed workload's 30,000 tail buffers reaching their age
-   * together put 9,000 flushes in flight, queued at the writers, and ran the heap out.
+   * Flushes buffers older than flush_age (or spills them, see coldAgeMs) and spilled ones older than coldAgeMs, oldest
+   * first, while `room` says more flushes may go in flight (call about once a second, and as flushes land). All at
+   * once, a skewed workload's 30,000 tail buffers reaching their age together put 9,000 flushes in flight, queued at
+   * the writers, and ran the heap out.
    */
   tick(room: () => boolean = () => true): void {
-    const cutoff = this.#now() - this.#opts.flushAgeMs;
-    const names = this.#ageNames;
-    const times = this.#ageTimes;
-    for (; this.#ageHead < names.length; this.#ageHead++) {
-      const openedAt = times[this.#ageHead] ?? 0;
+    const now = this.#now();
+    const coldAge = this.#opts.coldAgeMs ?? 0;
+    const cooling = this.#opts.spill !== undefined && coldAge > this.#opts.flushAgeMs;
+    const crowded = (): boolean => this.#buffers.size + this.#cold.size > (this.#opts.coldPast ?? 0);
+    this.#ageHead = this.#due(this.#ageNames, this.#ageTimes, this.#ageHead, now - this.#opts.flushAgeMs, (b) => {
+      if (cooling && crowded() && this.#trySpill(b)) {
+        this.#coldNames.push(b.destination);
+        this.#coldTimes.push(b.openedAt);
+        return true;
+      }
+      if (!room()) return false;
+      this.#flush(b, "age");
+      return true;
+    });
+    this.#coldHead = this.#due(this.#coldNames, this.#coldTimes, this.#coldHead, now - coldAge, (b) => {
+      if (!room()) return false;
+      this.#flush(b, "age");
+      return true;
+    });
+    [this.#ageNames, this.#ageTimes, this.#ageHead] = compact(this.#ageNames, this.#ageTimes, this.#ageHead);
+    [this.#coldNames, this.#coldTimes, this.#coldHead] = compact(this.#coldNames, this.#coldTimes, this.#coldHead);
+  }
+
+  /**
+   * Hands `act` each buffer listed from `head` on whose time is at or before `cutoff`, oldest first, until it says
+   * stop (false); an entry whose buffer has flushed since it was listed is skipped. Returns the new head.
+   */
+  #due(
+    names: readonly string[],
+    times: readonly number[],
+    head: number,
+    cutoff: number,
+    act: (b: HotBuffer) => boolean,
+  ): number {
+    for (; head < names.length; head++) {
+      const openedAt = times[head] ?? 0;
       if (openedAt > cutoff) break;
-      const name = names[this.#ageHead] ?? "";
+      const name = names[head] ?? "";
       const b = this.#buffers.get(name) ?? this.#cold.get(name);
       if (b === undefined || b.openedAt !== openedAt || b.hold === undefined) continue;
-      if (!room()) break;
-      this.#flush(b, "age");
+      if (!act(b)) break;
     }
-    if (this.#ageHead > 1024 && this.#ageHead * 2 > names.length) {
-      this.#ageNames = names.slice(this.#ageHead);
-      this.#ageTimes = times.slice(this.#ageHead);
-      this.#ageHead = 0;
-    }
+    return head;
   }
 
   /** Flushes every buffer (shutdown, reload) while `room` says more may go in flight; true once none is left. */
@@ -639,6 +682,12 @@ function growIndex(b: HotBuffer, need: number): void {
   b.index = index;
   b.offsets = offsets;
   b.ends = ends;
+}
+
+/** A list of names and times with its head: past 1,024 entries done, and half, the done ones go. */
+function compact(names: string[], times: number[], head: number): [string[], number[], number] {
+  if (head <= 1024 || head * 2 <= names.length) return [names, times, head];
+  return [names.slice(head), times.slice(head), 0];
 }
 
 /** A buffer that goes without a flush gives its blocks back. */

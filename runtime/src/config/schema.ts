@@ -461,7 +461,9 @@ const bufferSchema = z
     flush_records: count().default(100000).describe("Record count at which a hot buffer flushes, whatever its size."),
     flush_age_secs: count()
       .default(60)
-      .describe("Age in seconds at which a hot buffer flushes, whatever its size.")
+      .describe(
+        "Age in seconds at which a hot buffer flushes, whatever its size. On kafka, while more destinations are buffered than the writers keep files for (archive.max_writers x 17), a buffer still short of flush_bytes goes to the spill then instead, and flushes once its oldest record is archive.roll_interval_secs old.",
+      )
       .meta({ env: "DFE_ARCHIVER_FLUSH_INTERVAL_SECS" }),
     writer_parallelism: count()
       .default(2)

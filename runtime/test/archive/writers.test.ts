@@ -284,6 +284,25 @@ test("a file rolls once its compressed size reaches roll_size_bytes, and the nex
   assert.equal(await value(metrics.bytesCompressed), 28);
 });
 
+test("a frame whose oldest record is older than the file rolls it by that record's age", async () => {
+  const { pool, completed, advance } = setup({ rollIntervalSecs: 300 });
+  // A frame that waited 250 s in the spill opens the file: it rolls 50 s later, not 300.
+  await pool.append("d", frame("a"), 1, 1, 0, T0 - 250_000);
+  advance(49_999);
+  pool.tick();
+  await turns();
+  assert.equal(completed.length, 0);
+  advance(1);
+  pool.tick();
+  await turns();
+  assert.deepEqual(
+    completed.map((c) => [c.tickets, c.openedAt]),
+    [[[0], T0]],
+    "named by its open time",
+  );
+  await pool.closeAll();
+});
+
 test("tick rolls a file once it is roll_interval_secs old, counted from its open time", async () => {
   const store = new MemStore();
   const { pool, metrics, completed, advance } = setup({ rollIntervalSecs: 300 }, store);

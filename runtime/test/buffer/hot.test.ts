@@ -512,3 +512,40 @@ test("flushAll stops when there is no room and says whether any buffer is left",
   assert.equal(p.flushAll(), true);
   assert.equal(flushed.length, 3);
 });
+
+test("past coldPast destinations, a buffer small at flush_age spills, and flushes once it is coldAgeMs old", async (t) => {
+  const spill = spillFor(t);
+  const { p, flushed, advance } = pool({ spill, coldAgeMs: 300_000, coldPast: 1 });
+  p.add("few", 0, rec(0, "few"));
+  advance(60_000);
+  p.tick();
+  assert.deepEqual(
+    flushed.map((b) => [b.destination, b.trigger]),
+    [["few", "age"]],
+    "no more destinations than coldPast: flushed at flush_age",
+  );
+  flushed.length = 0;
+  p.add("tail", 0, rec(0, "first"));
+  p.add("other", 0, rec(0, "other"));
+  advance(60_000);
+  p.tick();
+  assert.equal(flushed.length, 0, "spilled at flush_age, not flushed");
+  assert.deepEqual(p.stats(), { buffers: 2, bytes: 0, records: 2 });
+  p.add("tail", 0, rec(1, "second"));
+  advance(239_999);
+  p.tick();
+  assert.equal(flushed.length, 0);
+  advance(1);
+  p.tick();
+  assert.deepEqual(
+    flushed.map((b) => [b.destination, b.trigger, b.records, b.spilled.length]),
+    [
+      ["tail", "age", 2, 1],
+      ["other", "age", 1, 1],
+    ],
+  );
+  const f = flushed[0] as FlushBatch;
+  assert.equal(Buffer.concat(await flushPieces(f, spill)).toString(), "first\nsecond\n");
+  for (const b of flushed) releaseFlush(b, spill);
+  assert.equal(spill.bytes, 0);
+});

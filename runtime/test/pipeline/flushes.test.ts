@@ -29,6 +29,7 @@ function batch(destination: string, text: string): FlushBatch {
     runs: [0, 1, piece.length],
     spilled: [],
     spilledBytes: 0,
+    openedAt: 0,
   };
 }
 

@@ -79,6 +79,7 @@ function flushBatch(hold: Hold, slot: number, values: readonly string[]): FlushB
     runs: [slot, values.length, at],
     spilled: [],
     spilledBytes: 0,
+    openedAt: 0,
   };
 }
 
