@@ -14,7 +14,7 @@
 import type { Hold } from "../delivery/hold.ts";
 import { codecLanes, copyInto } from "../codec/lanes.ts";
 import { BlockPool } from "./blocks.ts";
-import type { Segment, Spill, SpilledRecords } from "./spill.ts";
+import { Segments, type Spill, type SpilledRecords } from "./spill.ts";
 
 /** The hot buffers together hold at most this many times flush_bytes (and never more than the shared cap). */
 export const HOT_BUFFER_FLUSHES = 128;
@@ -63,7 +63,7 @@ export interface FlushBatch {
    * Records spilled ahead of the pieces (see spill.ts), read back by spilledPieces before the batch is written;
    * `bytes` and `records` count them, `ends` and `offsets` do not.
    */
-  readonly spilled: readonly Segment[];
+  readonly spilled: Segments | undefined;
   readonly spilledBytes: number;
 }
 
@@ -101,7 +101,7 @@ const readBack = new WeakMap<FlushBatch, Buffer>();
  * the batch's own pieces when it spilled nothing.
  */
 export async function flushPieces(b: FlushBatch, spill: Spill | undefined): Promise<readonly Buffer[]> {
-  if (b.spilled.length === 0 || spill === undefined) return b.pieces;
+  if (b.spilled === undefined || b.spilled.count === 0 || spill === undefined) return b.pieces;
   let block = readBack.get(b);
   if (block === undefined) {
     await spill.take(b.spilledBytes);
@@ -116,11 +116,8 @@ export async function flushPieces(b: FlushBatch, spill: Spill | undefined): Prom
 /** The batch whole and now, its spilled records included: for what splits it back into records (dead letters). */
 export function wholeBatch(b: FlushBatch, spill: Spill | undefined): SpilledRecords {
   const own = { data: joined(b), ends: b.ends, offsets: b.offsets, runs: b.runs };
-  if (b.spilled.length === 0 || spill === undefined) return own;
-  return stitch(
-    b.spilled.map((s) => spill.readNow(s)),
-    own,
-  );
+  if (b.spilled === undefined || b.spilled.count === 0 || spill === undefined) return own;
+  return stitch(spill.readAll(b.spilled), own);
 }
 
 /** Records in parts, joined end to end, each part's ends and runs moved past the bytes before it. */
@@ -151,7 +148,7 @@ export function releaseFlush(b: FlushBatch, spill?: Spill): void {
     readBack.delete(b);
     spill?.give(b.spilledBytes);
   }
-  if (spill !== undefined) for (const s of b.spilled) spill.release(s);
+  if (spill !== undefined && b.spilled !== undefined) spill.release(b.spilled);
   for (const block of b.blocks) blocks.free(block);
   for (const piece of b.pieces) {
     if (piece.buffer instanceof SharedArrayBuffer) codecLanes().releaseReply(piece.buffer);
@@ -212,8 +209,8 @@ class HotBuffer {
   runs: number[] = [];
   hold: Hold | undefined;
   openedAt = 0;
-  /** Records spilled ahead of what the buffer holds in memory, in order. */
-  segments: Segment[] = [];
+  /** Records spilled ahead of what the buffer holds in memory, in order (made at the first spill). */
+  segments: Segments | undefined;
   spilledBytes = 0;
   spilledRecords = 0;
 
@@ -451,14 +448,14 @@ export class HotBufferPool {
     }
     if (b.ends !== undefined && b.offsets !== undefined && b.records > 0) {
       const head = b.data === undefined || b.blockLength === 0 ? [] : [b.data.subarray(0, b.blockLength)];
-      b.segments.push(
-        spill.write(
-          [...head, ...b.pieces],
-          b.length,
-          b.ends.subarray(0, b.records),
-          b.offsets.subarray(0, b.records),
-          b.runs,
-        ),
+      b.segments ??= new Segments();
+      spill.write(
+        [...head, ...b.pieces],
+        b.length,
+        b.ends.subarray(0, b.records),
+        b.offsets.subarray(0, b.records),
+        b.runs,
+        b.segments,
       );
       this.#opts.onSpill?.();
       b.spilledBytes += b.length;
@@ -483,9 +480,9 @@ export class HotBufferPool {
 
   /** Reads `b`'s spilled records back into its block, ahead of what it holds, before a discard rewrites it. */
   #unspill(b: HotBuffer, spill: Spill): void {
-    if (b.segments.length === 0) return;
+    if (b.segments === undefined || b.segments.count === 0) return;
     this.#settleOne(b);
-    const parts = b.segments.map((s) => spill.readNow(s));
+    const parts = spill.readAll(b.segments);
     const mem = {
       data: b.data === undefined ? Buffer.alloc(0) : b.data.subarray(0, b.blockLength),
       ends: b.ends === undefined ? new Uint32Array(0) : b.ends.subarray(0, b.records),
@@ -501,13 +498,13 @@ export class HotBufferPool {
     growIndex(b, records);
     (b.ends as Uint32Array).set(whole.ends);
     (b.offsets as Float64Array).set(whole.offsets);
-    for (const s of b.segments) spill.release(s);
+    spill.release(b.segments);
     this.#bytes += b.spilledBytes;
     b.length = whole.data.length;
     b.blockLength = b.length;
     b.records = records;
     b.runs = whole.runs as number[];
-    b.segments = [];
+    b.segments = undefined;
     b.spilledBytes = 0;
     b.spilledRecords = 0;
   }

@@ -27,7 +27,7 @@ function batch(destination: string, text: string): FlushBatch {
     ends: Uint32Array.of(piece.length),
     offsets: Float64Array.of(0),
     runs: [0, 1, piece.length],
-    spilled: [],
+    spilled: undefined,
     spilledBytes: 0,
     openedAt: 0,
   };

@@ -77,7 +77,7 @@ function flushBatch(hold: Hold, slot: number, values: readonly string[]): FlushB
     ends,
     offsets: Float64Array.from(values, (_, i) => 10 + i),
     runs: [slot, values.length, at],
-    spilled: [],
+    spilled: undefined,
     spilledBytes: 0,
     openedAt: 0,
   };
