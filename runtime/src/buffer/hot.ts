@@ -16,7 +16,7 @@
 import type { Hold } from "../delivery/hold.ts";
 import { codecLanes, copyInto } from "../codec/lanes.ts";
 import { BlockPool } from "./blocks.ts";
-import { Segments, type Spill, type SpilledRecords } from "./spill.ts";
+import { segmentCount, type Segments, type Spill, type SpilledRecords } from "./spill.ts";
 
 /** The hot buffers together hold at most this many times flush_bytes (and never more than the shared cap). */
 export const HOT_BUFFER_FLUSHES = 128;
@@ -103,7 +103,7 @@ const readBack = new WeakMap<FlushBatch, Buffer>();
  * the batch's own pieces when it spilled nothing.
  */
 export async function flushPieces(b: FlushBatch, spill: Spill | undefined): Promise<readonly Buffer[]> {
-  if (b.spilled === undefined || b.spilled.count === 0 || spill === undefined) return b.pieces;
+  if (b.spilled === undefined || segmentCount(b.spilled) === 0 || spill === undefined) return b.pieces;
   let block = readBack.get(b);
   if (block === undefined) {
     await spill.take(b.spilledBytes);
@@ -118,7 +118,7 @@ export async function flushPieces(b: FlushBatch, spill: Spill | undefined): Prom
 /** The batch whole and now, its spilled records included: for what splits it back into records (dead letters). */
 export function wholeBatch(b: FlushBatch, spill: Spill | undefined): SpilledRecords {
   const own = { data: joined(b), ends: b.ends, offsets: b.offsets, runs: b.runs };
-  if (b.spilled === undefined || b.spilled.count === 0 || spill === undefined) return own;
+  if (b.spilled === undefined || segmentCount(b.spilled) === 0 || spill === undefined) return own;
   return stitch(spill.readAll(b.spilled), own);
 }
 
@@ -450,7 +450,7 @@ export class HotBufferPool {
     }
     if (b.ends !== undefined && b.offsets !== undefined && b.records > 0) {
       const head = b.data === undefined || b.blockLength === 0 ? [] : [b.data.subarray(0, b.blockLength)];
-      b.segments ??= new Segments();
+      b.segments ??= [];
       spill.write(
         [...head, ...b.pieces],
         b.length,
@@ -482,7 +482,7 @@ export class HotBufferPool {
 
   /** Reads `b`'s spilled records back into its block, ahead of what it holds, before a discard rewrites it. */
   #unspill(b: HotBuffer, spill: Spill): void {
-    if (b.segments === undefined || b.segments.count === 0) return;
+    if (b.segments === undefined || segmentCount(b.segments) === 0) return;
     this.#settleOne(b);
     const parts = spill.readAll(b.segments);
     const mem = {

@@ -58,37 +58,21 @@ interface Chunk {
 const FIELDS = 5;
 
 /**
- * A buffer's spilled pieces (segments), in order. Each lies at its place in its chunk: its records' bytes, then their
- * ends (u32), offsets (f64) and partition runs (u32 triples, as FlushBatch.runs). Five numbers a segment in one typed
- * array rather than an object each: 100,000 destinations held 700,000 segments, 70 MB of a 256 MiB heap, and the
- * memory latch held intake with nothing buffered.
+ * A buffer's spilled pieces (segments), in order, five numbers each. Each lies at its place in its chunk: its records'
+ * bytes, then their ends (u32), offsets (f64) and partition runs (u32 triples, as FlushBatch.runs). Small integers in
+ * one array rather than an object a segment: 100,000 destinations held 700,000 segments, 70 MB of a 256 MiB heap,
+ * and the memory latch held intake with nothing buffered. A typed array a buffer cost more than its numbers.
  */
-export class Segments {
-  fields = new Uint32Array(FIELDS * 2);
-  count = 0;
+export type Segments = number[];
 
-  push(chunk: number, at: number, bytes: number, records: number, runs: number): void {
-    if ((this.count + 1) * FIELDS > this.fields.length) {
-      const grown = new Uint32Array(this.fields.length * 2);
-      grown.set(this.fields);
-      this.fields = grown;
-    }
-    const f = this.fields;
-    const k = this.count++ * FIELDS;
-    f[k] = chunk;
-    f[k + 1] = at;
-    f[k + 2] = bytes;
-    f[k + 3] = records;
-    f[k + 4] = runs;
-  }
-}
+export const segmentCount = (list: Segments): number => list.length / FIELDS;
 
 /** Segment i of `list`: where it lies and what it holds. */
 function segmentAt(
   list: Segments,
   i: number,
 ): { chunk: number; at: number; bytes: number; records: number; runs: number } {
-  const f = list.fields;
+  const f = list;
   const k = i * FIELDS;
   return { chunk: f[k] ?? 0, at: f[k + 1] ?? 0, bytes: f[k + 2] ?? 0, records: f[k + 3] ?? 0, runs: f[k + 4] ?? 0 };
 }
@@ -300,7 +284,7 @@ export class Spill {
   async read(list: Segments, into: Buffer): Promise<void> {
     let to = 0;
     const reads: Promise<void>[] = [];
-    for (let i = 0; i < list.count; i++) {
+    for (let i = 0; i < segmentCount(list); i++) {
       const s = segmentAt(list, i);
       const chunk = this.#chunkOf(s.chunk);
       if (chunk.block !== undefined) chunk.block.copy(into, to, s.at, s.at + s.bytes);
@@ -329,7 +313,7 @@ export class Spill {
   /** Reads every segment whole, now (a revoke or a refused batch, both rare): records, ends, offsets and runs each. */
   readAll(list: Segments): SpilledRecords[] {
     const out: SpilledRecords[] = [];
-    for (let i = 0; i < list.count; i++) out.push(this.#readNow(segmentAt(list, i)));
+    for (let i = 0; i < segmentCount(list); i++) out.push(this.#readNow(segmentAt(list, i)));
     return out;
   }
 
@@ -363,7 +347,7 @@ export class Spill {
 
   /** The segments are read no more: a chunk filling with no live segment left starts again from its head. */
   release(list: Segments): void {
-    for (let i = 0; i < list.count; i++) {
+    for (let i = 0; i < segmentCount(list); i++) {
       const s = segmentAt(list, i);
       this.#bytes -= spannedBy(s);
       const chunk = this.#chunkOf(s.chunk);
@@ -373,7 +357,7 @@ export class Spill {
         chunk.length = 0;
       } else if (chunk.state !== "writing") this.#retire(chunk);
     }
-    list.count = 0;
+    list.length = 0;
   }
 
   /** Waits for room to read back `bytes` (given back with give); one read always goes, however large. */

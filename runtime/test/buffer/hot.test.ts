@@ -13,7 +13,7 @@ import {
   type BufferedRecords,
   type FlushBatch,
 } from "../../src/buffer/hot.ts";
-import { MAX_WRITING, Segments, Spill } from "../../src/buffer/spill.ts";
+import { MAX_WRITING, segmentCount, Spill, type Segments } from "../../src/buffer/spill.ts";
 import { OffsetTracker } from "../../src/delivery/tracker.ts";
 
 function pool(over: Partial<ConstructorParameters<typeof HotBufferPool>[0]> = {}) {
@@ -331,7 +331,7 @@ test("a revoked partition's spilled records are read back and discarded with the
   p.flushAll();
   const d = flushed.find((x) => x.destination === "d") as FlushBatch;
   assert.deepEqual(lines(d), ["a".repeat(40), "tail"]);
-  assert.equal(d.spilled?.count ?? 0, 0, "read back into memory");
+  assert.equal(segmentCount(d.spilled ?? []), 0, "read back into memory");
   assert.equal(d.hold.records, 2);
   for (const x of flushed) releaseFlush(x, spill);
   assert.equal(spill.bytes, 0);
@@ -350,7 +350,7 @@ test("a revoked partition's hand-over flushes its spilled records too, those in 
   // Those holding records in memory first ("d"), then those whose records are all spilled ("f").
   p.flushSlots(new Set([b]));
   assert.deepEqual(
-    flushed.map((x) => [x.destination, x.trigger, x.records, x.spilled?.count]),
+    flushed.map((x) => [x.destination, x.trigger, x.records, segmentCount(x.spilled ?? [])]),
     [
       ["d", "revoke", 2, 1],
       ["f", "revoke", 1, 1],
@@ -372,7 +372,7 @@ test("segments gather in a chunk in memory; a full chunk goes to file in one wri
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   // Chunks of 64 bytes: a segment of "hello\n" takes 6 + 12 + 12 bytes, so two fill one.
   const spill = new Spill(dir, 1 << 20, 100, 64);
-  const segments = new Segments();
+  const segments: Segments = [];
   const one = () =>
     spill.write(
       [Buffer.from("hel"), Buffer.from("lo\n")],
@@ -417,7 +417,7 @@ test("reads wait within the read cap, and the budget bounds what is spilled", as
   await waiting;
   assert.equal(second, true);
   assert.equal(spill.room(100), true);
-  const s = new Segments();
+  const s: Segments = [];
   spill.write([Buffer.from("a\n")], 2, new Uint32Array([2]), new Float64Array([0]), [0, 1, 2], s);
   assert.equal(spill.room(100 - 26), true);
   assert.equal(spill.room(100 - 25), false, "the budget counts what is spilled, index too");
@@ -428,7 +428,7 @@ test("reads wait within the read cap, and the budget bounds what is spilled", as
 test(`the spill takes at most ${MAX_WRITING} chunks on their way: past them a relieved buffer flushes a frame`, async (t) => {
   // Each 26-byte segment overflows a 16-byte chunk: it takes one of its own, and seals the one before.
   const spill = spillFor(t, 1 << 20, 1 << 20, 16);
-  const segments = new Segments();
+  const segments: Segments = [];
   const write = () =>
     spill.write([Buffer.from("a\n")], 2, new Uint32Array([2]), new Float64Array([0]), [0, 1, 2], segments);
   for (let i = 0; i < MAX_WRITING; i++) write();
@@ -481,7 +481,7 @@ test("past the count, the least recently used buffer spills and goes cold: no fr
   p.add("d0", 0, rec(1000, "again"));
   p.flushAll();
   const d0 = flushed.find((b) => b.destination === "d0") as FlushBatch;
-  assert.equal(d0.spilled?.count, 1, "its first record was spilled");
+  assert.equal(segmentCount(d0.spilled ?? []), 1, "its first record was spilled");
   assert.equal(d0.records, 2);
 });
 
@@ -549,7 +549,7 @@ test("past coldPast destinations, a buffer small at flush_age spills, and flushe
   advance(1);
   p.tick();
   assert.deepEqual(
-    flushed.map((b) => [b.destination, b.trigger, b.records, b.spilled?.count]),
+    flushed.map((b) => [b.destination, b.trigger, b.records, segmentCount(b.spilled ?? [])]),
     [
       ["tail", "age", 2, 1],
       ["other", "age", 1, 1],
