@@ -207,7 +207,7 @@ export class Pipeline implements TransportSink {
         while (!this.#buffers.flushSlots(slots, () => this.#flushes.hasRoom())) await this.#flushes.room();
         await this.#flushes.landedSoFar();
       },
-      roll: (slots) => this.#writers.roll((holds) => holds.some((h) => h.slots.some((s) => slots.has(s)))),
+      roll: (slots) => this.#writers.roll((holds) => holds.some((h) => h.holdsAny(slots))),
       commit: () => this.#commits.now(),
       handedOver: (slots) => tracker.handedOver(slots),
       hurry: staging ? () => staging.hurry() : undefined,

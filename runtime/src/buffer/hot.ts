@@ -699,5 +699,5 @@ function freeBlocks(b: HotBuffer): void {
 
 /** Whether the buffer holds a record of these slots, spilled or in memory (its hold covers both). */
 function holdsSlot(b: HotBuffer, slots: ReadonlySet<number>): boolean {
-  return b.hold?.slots.some((s) => slots.has(s)) ?? false;
+  return b.hold?.holdsAny(slots) ?? false;
 }

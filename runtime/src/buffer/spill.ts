@@ -23,8 +23,8 @@ const CHUNK_BYTES = 1 << 20;
  * Chunks full and on their way to file at most: past it the spill has no room, and a relieved buffer flushes a frame
  * instead. Their memory is what the spill holds beside the one chunk filling and a few spares.
  */
-export const MAX_WRITING = 32;
-const SPARE_CHUNKS = 4;
+export const MAX_WRITING = 8;
+const SPARE_CHUNKS = 2;
 
 interface SpillFile {
   readonly path: string;

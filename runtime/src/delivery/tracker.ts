@@ -158,10 +158,11 @@ export class OffsetTracker {
     if (this.#holdsCommit) {
       for (const set of [this.#open, this.#errored]) {
         for (const h of set) {
-          for (let i = 0; i < h.slots.length; i++) {
-            const s = h.slots[i] ?? 0;
-            const m = h.mins[i] ?? 0;
-            if ((h.counts[i] ?? 0) > 0 && m < (floors[s] ?? 0)) floors[s] = m;
+          const p = h.parts;
+          for (let i = 0; i < p.length; i += 3) {
+            const s = p[i] ?? 0;
+            const m = p[i + 1] ?? 0;
+            if ((p[i + 2] ?? 0) > 0 && m < (floors[s] ?? 0)) floors[s] = m;
           }
         }
       }
