@@ -373,13 +373,13 @@ export class Pipeline implements TransportSink {
 
 /**
  * The hot buffers' spill, under spool_dir: at most min_free_spool_bytes of it (the room the spool keeps free at
- * startup), read back at most `readCapBytes` at once. Without a spool to write (a local run with no spool volume), the
+ * startup), read back or on its way to file at most `ioCapBytes` at once. Without a spool to write (a local run with no spool volume), the
  * hot buffers flush what the bound relieves, as they did before the spill.
  */
-function openSpill(cfg: ResolvedConfig, readCapBytes: number, log: Logger): Spill | undefined {
+function openSpill(cfg: ResolvedConfig, ioCapBytes: number, log: Logger): Spill | undefined {
   const dir = join(cfg.buffer.spool_dir, "spill");
   try {
-    return new Spill(dir, resolveSpoolBudget(cfg, process.env).minFreeSpoolBytes, readCapBytes);
+    return new Spill(dir, resolveSpoolBudget(cfg, process.env).minFreeSpoolBytes, ioCapBytes);
   } catch (err) {
     log.warn({ err, dir }, "no spill: hot buffers relieved for the memory bound flush small frames instead");
     return undefined;
