@@ -343,7 +343,7 @@ function replyMemory(size: number): SharedWasmMemory {
   if (best >= 0) return spares.splice(best, 1)[0] as SharedWasmMemory;
   const fresh = sharedReplyMemory(size + (size >> 1));
   freshBytes += fresh.buffer.byteLength;
-  if (freshBytes >= COLLECT_AFTER_BYTES) {
+  if (freshBytes >= collectAfter) {
     freshBytes = 0;
     collectSoon();
   }
@@ -354,14 +354,18 @@ function replyMemory(size: number): SharedWasmMemory {
  * Shared memory is counted towards no collection (see lanes.ts recycle), and a lane allocates little else, so its
  * heap went uncollected for minutes: replies it made, and spares it let go, kept their memory all that time. With
  * 1,000 destinations under a 512 MiB limit, 27 replies of 7 MB (131 MB) stayed with nothing buffered or in flight,
- * and held the memory latch paused for good. So a lane collects once it has made this much fresh reply memory.
+ * and held the memory latch paused for good. So a lane collects once it has made half its spare bytes (8 MiB at a 1
+ * GiB limit) of fresh reply memory, at most 64 MiB: at a fixed 64 MiB, a single-topic run's two lanes held some 120
+ * MiB of replies no one read.
  */
-const COLLECT_AFTER_BYTES = 64 << 20;
+const COLLECT_AFTER_MAX = 64 << 20;
+let collectAfter = COLLECT_AFTER_MAX;
 let freshBytes = 0;
 
 // Batches run one after another, snappy's awaits included, so appends to one descriptor keep their order.
 let tail = Promise.resolve();
 port.on("message", (batch: LaneBatch) => {
+  collectAfter = Math.min(COLLECT_AFTER_MAX, batch.spareBytes / 2);
   spares.push(...batch.spares);
   spares.sort((a, b) => b.buffer.byteLength - a.buffer.byteLength).splice(SPARES_KEPT);
   // Within the lane's bytes too, the largest kept first (what is let go is collected with the next garbage).
