@@ -19,7 +19,7 @@ test("only flags the operator did not set are added, and no old-space ceiling wi
   assert.deepEqual(missingHeapFlags({ bytes: 512 * MIB, source: "cgroup" }, ["--max-old-space-size=256"]), [
     "--max-semi-space-size=8",
   ]);
-  assert.deepEqual(missingHeapFlags({ bytes: 1024 * MIB, source: "default" }, []), ["--max-semi-space-size=16"]);
+  assert.deepEqual(missingHeapFlags({ bytes: 1024 * MIB, source: "default" }, []), ["--max-semi-space-size=2"]);
   assert.deepEqual(missingHeapFlags({ bytes: 1024 * MIB, source: "default" }, ["--max-semi-space-size=2"]), []);
 });
 
