@@ -19,6 +19,7 @@ import { CODEC_NAMES } from "./index.ts";
 import {
   alignOutput,
   copyInto,
+  IDLE_TRIM_MS,
   IN_PIECES,
   JOB_FIELDS,
   LANE_OPS,
@@ -364,7 +365,15 @@ let freshBytes = 0;
 
 // Batches run one after another, snappy's awaits included, so appends to one descriptor keep their order.
 let tail = Promise.resolve();
+/** Lets the spares go once no message has come for IDLE_TRIM_MS (see lanes.ts). */
+let idle: NodeJS.Timeout | undefined;
+function trimSpares(): void {
+  if (spares.splice(0).length > 0) collectSoon();
+}
+
 port.on("message", (batch: LaneBatch) => {
+  clearTimeout(idle);
+  idle = setTimeout(trimSpares, IDLE_TRIM_MS).unref();
   collectAfter = Math.min(COLLECT_AFTER_MAX, batch.spareBytes / 2);
   spares.push(...batch.spares);
   spares.sort((a, b) => b.buffer.byteLength - a.buffer.byteLength).splice(SPARES_KEPT);
