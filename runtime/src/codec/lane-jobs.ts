@@ -19,6 +19,7 @@ import { CODEC_NAMES } from "./index.ts";
 import {
   alignOutput,
   copyInto,
+  IDLE_TRIM_MS,
   IN_PIECES,
   JOB_FIELDS,
   LANE_OPS,
@@ -343,7 +344,7 @@ function replyMemory(size: number): SharedWasmMemory {
   if (best >= 0) return spares.splice(best, 1)[0] as SharedWasmMemory;
   const fresh = sharedReplyMemory(size + (size >> 1));
   freshBytes += fresh.buffer.byteLength;
-  if (freshBytes >= COLLECT_AFTER_BYTES) {
+  if (freshBytes >= collectAfter) {
     freshBytes = 0;
     collectSoon();
   }
@@ -354,14 +355,26 @@ function replyMemory(size: number): SharedWasmMemory {
  * Shared memory is counted towards no collection (see lanes.ts recycle), and a lane allocates little else, so its
  * heap went uncollected for minutes: replies it made, and spares it let go, kept their memory all that time. With
  * 1,000 destinations under a 512 MiB limit, 27 replies of 7 MB (131 MB) stayed with nothing buffered or in flight,
- * and held the memory latch paused for good. So a lane collects once it has made this much fresh reply memory.
+ * and held the memory latch paused for good. So a lane collects once it has made half its spare bytes (8 MiB at a 1
+ * GiB limit) of fresh reply memory, at most 64 MiB: at a fixed 64 MiB, a single-topic run's two lanes held some 120
+ * MiB of replies no one read.
  */
-const COLLECT_AFTER_BYTES = 64 << 20;
+const COLLECT_AFTER_MAX = 64 << 20;
+let collectAfter = COLLECT_AFTER_MAX;
 let freshBytes = 0;
 
 // Batches run one after another, snappy's awaits included, so appends to one descriptor keep their order.
 let tail = Promise.resolve();
+/** Lets the spares go once no message has come for IDLE_TRIM_MS (see lanes.ts). */
+let idle: NodeJS.Timeout | undefined;
+function trimSpares(): void {
+  if (spares.splice(0).length > 0) collectSoon();
+}
+
 port.on("message", (batch: LaneBatch) => {
+  clearTimeout(idle);
+  idle = setTimeout(trimSpares, IDLE_TRIM_MS).unref();
+  collectAfter = Math.min(COLLECT_AFTER_MAX, batch.spareBytes / 2);
   spares.push(...batch.spares);
   spares.sort((a, b) => b.buffer.byteLength - a.buffer.byteLength).splice(SPARES_KEPT);
   // Within the lane's bytes too, the largest kept first (what is let go is collected with the next garbage).

@@ -12,6 +12,7 @@ import { extname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import { ArchiverError } from "../errors.ts";
+import { collectSoon } from "../regulate/sampler.ts";
 import type { SharedWasmMemory } from "../wasm/loader.ts";
 
 export type LaneOp = "compress" | "decompress" | "append" | "compressAppend" | "route";
@@ -51,6 +52,11 @@ export const IN_PIECES = -2;
 export const PIECE_FIELDS = 3;
 /** Route replies' memory waiting to go back to the lane that wrote it, at most this many a lane. */
 const SPARES_HELD = 8;
+/**
+ * A lane idle this long lets its spares go, on both sides: kept for a run's next replies, they were the largest part
+ * of an idle process (some 60 of 211 MiB after a single-topic run), and a run that starts again makes its own.
+ */
+export const IDLE_TRIM_MS = 5000;
 /**
  * The lane each route reply's memory came from, and the WebAssembly memory it is the buffer of, so it goes back there
  * as that: a lane reuses what its own replies used, and its replies are written by WebAssembly (wasm/reply.wat).
@@ -174,6 +180,8 @@ class Lane {
   readonly spares: SharedWasmMemory[] = [];
   /** The most bytes of spares held on either side of the lane (see Lanes.limitSpares). */
   spareBytes = Infinity;
+  /** Lets the spares go once the lane has been idle IDLE_TRIM_MS. */
+  #idle: NodeJS.Timeout | undefined;
 
   constructor(onGone: (lane: Lane, why: string) => void) {
     this.worker = new Worker(WORKER_URL);
@@ -197,7 +205,10 @@ class Lane {
     job: LaneJob,
   ): void {
     // A pending job keeps the process alive; an idle lane must not.
-    if (this.load++ === 0) this.worker.ref();
+    if (this.load++ === 0) {
+      this.worker.ref();
+      clearTimeout(this.#idle);
+    }
     if (this.#queued.length === 0) setImmediate(() => this.#post());
     if (op === ROUTE) this.routes++;
     if (!(input instanceof Uint8Array)) {
@@ -305,7 +316,15 @@ class Lane {
       offset += length;
     }
     this.load -= jobs.length;
-    if (this.load === 0) this.worker.unref();
+    if (this.load === 0) {
+      this.worker.unref();
+      this.#idle = setTimeout(() => this.#trim(), IDLE_TRIM_MS).unref();
+    }
+  }
+
+  /** Idle: the spares this side holds go (see IDLE_TRIM_MS); the lane lets its own go on its side. */
+  #trim(): void {
+    if (this.spares.splice(0).length > 0) collectSoon();
   }
 
   /** Every job not yet answered: rejected when the lane's thread is gone. */
@@ -325,23 +344,44 @@ class Lanes {
   readonly #size = Math.max(1, Math.min(4, availableParallelism()));
   readonly #lanes: (Lane | undefined)[] = [];
   #spareBytes = Infinity;
+  /** Reply memory let go (not kept as a spare) since the last collection started. */
+  #letGo = 0;
   readonly #leases = new ReplyLeases((m) => {
     const from = replyLane.get(m);
     if (from === undefined) return;
     const spares = from.lane.spares;
     let held = m.byteLength;
     for (const s of spares) held += s.buffer.byteLength;
-    if (spares.length < SPARES_HELD && held <= from.lane.spareBytes) spares.push(from.memory);
+    if (spares.length < SPARES_HELD && held <= from.lane.spareBytes) {
+      spares.push(from.memory);
+      return;
+    }
+    // Shared memory counts towards no collection (see recycle), so memory let go stays mapped until one runs: a
+    // single-topic run at a 1 GiB limit held some 120 MiB of such replies. Collect once half a lane's spare bytes is let go.
+    this.#letGo += m.byteLength;
+    if (this.#letGo >= from.lane.spareBytes / 2) {
+      this.#letGo = 0;
+      collectSoon();
+    }
   });
 
   /**
    * Under a memory limit, the route replies' memory kept for reuse is bounded by bytes as well as by count: sixteen
    * replies of 7 MB a lane, kept on both sides of it, were 98 MB of a 1,000-destination run's 452 MB RSS at a 512 MiB
-   * limit, held with nothing buffered or in flight, and kept the memory latch paused for good.
+   * limit, held with nothing buffered or in flight, and kept the memory latch paused for good. A 16th of the limit
+   * over the lanes, each side: at a 128th a single-topic run at 1 GiB (1 MiB fetches, replies of 2-3 MiB) found no
+   * spare for two replies in five, and made 280 MiB of fresh memory, 5.4-6.7 CPU s; at a 16th, 2.3-2.6 CPU s.
    */
   limitSpares(limitBytes: number): void {
-    this.#spareBytes = Math.floor(limitBytes / 32 / this.#size / 2);
+    this.#spareBytes = Math.floor(limitBytes / 16 / this.#size);
     for (const lane of this.#lanes) if (lane !== undefined) lane.spareBytes = this.#spareBytes;
+  }
+
+  /** Route replies' memory waiting here to go back to its lane, over every lane. */
+  get sparesHeld(): number {
+    let n = 0;
+    for (const lane of this.#lanes) n += lane?.spares.length ?? 0;
+    return n;
   }
 
   /** How many lanes there are (started or not). */

@@ -734,7 +734,9 @@ export const memorySchema = z
   .strictObject({
     limit_bytes: bytes()
       .default(0)
-      .describe("Memory guard cap in bytes; 0 detects it from the cgroup limit.")
+      .describe(
+        "Memory guard cap in bytes; 0 detects it from the cgroup limit, and with none sizes the runtime as if given 1 GiB (or cgroup_headroom of the host's memory where that is less). Fetch sizes, the hot buffers' cap (a quarter), V8's young generation and the memory latch all follow it.",
+      )
       .meta({ env: "DFE_ARCHIVER_MEMORY_LIMIT_BYTES" }),
     pressure_threshold: z
       .number()

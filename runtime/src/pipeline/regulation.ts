@@ -7,10 +7,10 @@ import type { PartitionRef } from "../delivery/tracker.ts";
 import type { Health } from "../observe/health.ts";
 import type { Metrics } from "../observe/metrics.ts";
 import { createSinkCircuit, type SinkCircuit, type SinkOutcomes } from "../regulate/circuit.ts";
-import { createLatch, latchSources, type Latch } from "../regulate/latch.ts";
+import { createLatch, latchSources, MemorySource, type Latch } from "../regulate/latch.ts";
 import type { MemoryLimit } from "../regulate/memory.ts";
 import { createPressure, type Pressure } from "../regulate/pressure.ts";
-import { readRss, reclaim } from "../regulate/sampler.ts";
+import { readRss, reclaim, type ReadRss } from "../regulate/sampler.ts";
 import type { StagingStore } from "../store/staging.ts";
 import type { Transport } from "../transport/types.ts";
 
@@ -32,6 +32,10 @@ export interface RegulationDeps {
   shed(): void;
   /** Nothing in flight and no write retrying (Flushes.settled). */
   settled(): boolean;
+  /** The process's RSS (tests give their own). */
+  readonly rss?: ReadRss;
+  /** Collects the garbage of finished work (sampler.ts reclaim; tests give their own). */
+  readonly reclaim?: (lastResort: boolean) => boolean;
 }
 
 /** One gauge cycle's reading of the pipeline, for the scaling pressure. */
@@ -57,7 +61,18 @@ export class Regulation {
     this.#d = deps;
     const { config: cfg, memory, transport, metrics, log, health, staging } = deps;
     this.#sinkAttempts = staging?.attempts ?? deps.localWrites;
-    const memoryPausePoint = memory.bytes * cfg.memory.pressure_threshold;
+    const rss = deps.rss ?? readRss;
+    const collect = deps.reclaim ?? reclaim;
+    const memorySource =
+      cfg.memory.pressure_threshold > 0
+        ? new MemorySource({
+            limitBytes: memory.bytes,
+            pressureThreshold: cfg.memory.pressure_threshold,
+            pauseAbove: cfg.self_regulation.pause_above,
+            resumeBelow: cfg.self_regulation.resume_below,
+            rss,
+          })
+        : undefined;
     this.#latch = createLatch({
       pauseAbove: cfg.self_regulation.pause_above,
       resumeBelow: cfg.self_regulation.resume_below,
@@ -65,10 +80,9 @@ export class Regulation {
       gauge: metrics.selfRegulationPaused,
       sources: latchSources({
         memoryLimitBytes: memory.bytes,
-        pressureThreshold: cfg.memory.pressure_threshold,
-        pauseAbove: cfg.self_regulation.pause_above,
         heldRecords: () => deps.heldRecords(),
         stagedPressure: staging ? () => staging.pressure() : undefined,
+        memory: memorySource,
       }),
       onPause: (source, ratio) => {
         transport.pause([...this.#assigned.values()]);
@@ -80,16 +94,23 @@ export class Regulation {
       // finished work is what holds RSS up (see reclaim). Buffers left waiting for their age held a paused process
       // at its limit with nothing in flight, for as long as flush_age.
       whilePaused: (source) => {
-        if (source !== "memory") return;
+        if (source !== "memory" || memorySource === undefined) return;
         // Only while RSS is still at the pause point: a shed at every reading put flushes in flight before each
-        // reading of `settled`, and held 10,000 destinations paused 10-15 s a time under the pause point, above a
-        // floor that resume_below never reaches.
-        if (readRss() >= memoryPausePoint) deps.shed();
-        reclaim(deps.settled());
+        // reading of `settled`, and held 10,000 destinations paused 10-15 s a time under the pause point.
+        if (memorySource.ratio() >= cfg.self_regulation.pause_above) deps.shed();
+        // With nothing in flight (what was shed has landed) and the garbage collected, waiting longer frees
+        // nothing more: RSS is the floor, and the memory source moves its band above it (MemorySource).
+        const settled = deps.settled();
+        if (collect(settled) && settled) {
+          const before = memorySource.liftBytes;
+          memorySource.settled();
+          if (memorySource.liftBytes > before)
+            log.info(
+              { rssBytes: rss(), memoryLimitBytes: memory.bytes },
+              "self-regulation: RSS with nothing left to free is above the memory resume point; resuming above it",
+            );
+        }
       },
-      // With nothing in flight (what was shed has landed), waiting longer frees nothing more: memory then holds the
-      // latch only at pause_above.
-      settled: (source) => source === "memory" && deps.settled(),
       onResume: () => {
         transport.resume([...this.#assigned.values()]);
         this.#pausedBy = undefined;

@@ -16,12 +16,6 @@ export interface LatchOptions {
   onResume: () => void;
   /** Called before each reading while paused, with the source holding the latch: a chance to shed what it counts. */
   whilePaused?: (source: string) => void;
-  /**
-   * While paused: true when a source has shed all that pausing can shed (memory, with nothing left in flight). Such a
-   * source holds the latch only at or above pause_above: RSS keeps the process's own floor (code, allocator pools)
-   * however long intake waits, and a floor above resume_below would otherwise keep the latch paused for good.
-   */
-  settled?: (source: string) => boolean;
   /** self_regulation_paused: 1 while paused. */
   gauge?: { set(value: number): void };
 }
@@ -65,8 +59,7 @@ export function createLatch(opts: LatchOptions): Latch {
           source = names[i];
           hottest = r;
         }
-        const name = names[i] ?? "";
-        if (paused && r >= opts.resumeBelow && !(r < opts.pauseAbove && opts.settled?.(name) === true)) holds = true;
+        if (paused && r >= opts.resumeBelow) holds = true;
       }
       const state = (): LatchState =>
         source === undefined ? { paused, ratio: 0 } : { paused, source, ratio: hottest };
@@ -92,35 +85,90 @@ export function createLatch(opts: LatchOptions): Latch {
 export interface LatchSourceOptions {
   /** The memory guard's limit (resolveMemoryLimit). */
   memoryLimitBytes: number;
-  /** memory.pressure_threshold (DFE_ARCHIVER_MEMORY_PRESSURE_THRESHOLD); 0 turns the memory source off. */
-  pressureThreshold: number;
-  /** self_regulation.pause_above, to place the memory source's pause point on the threshold. */
-  pauseAbove: number;
   /** OffsetTracker.heldRecords. */
   heldRecords: () => number;
   /** StagingStore.pressure (staged bytes over buffer.staged_bytes_cap); absent for a local destination. */
   stagedPressure?: (() => number) | undefined;
-  rss?: ReadRss;
+  /** The memory source (MemorySource.ratio); absent when memory.pressure_threshold is 0. */
+  memory?: MemorySource | undefined;
 }
 
 /**
- * The pipeline's three pressure sources, each scaled so the latch's pause_above is the point the seed names:
+ * The pipeline's pressure sources, each scaled so the latch's pause_above is the point the seed names:
  * - held_records: held x 32 bytes over a quarter of the memory limit, pausing at pause_above of that quarter.
  * - staged_bytes: staged bytes over buffer.staged_bytes_cap, pausing at pause_above of the cap.
- * - memory: the threshold is the trigger, so the ratio is (rss / limit) x (pause_above / threshold): it reaches
- *   pause_above exactly when rss reaches threshold x limit, and resumes below threshold x limit x
- *   resume_below / pause_above (0.6 of the limit with the defaults). Reading rss / (limit x threshold) against
- *   pause_above would instead pause at 0.64 of the limit, applying the 0.8 twice.
+ * - memory: see MemorySource.
  */
 export function latchSources(o: LatchSourceOptions): Record<string, () => number> {
   const sources: Record<string, () => number> = {};
   const quarter = o.memoryLimitBytes / 4;
   sources.held_records = () => (o.heldRecords() * HELD_BYTES_PER_RECORD) / quarter;
   if (o.stagedPressure !== undefined) sources.staged_bytes = o.stagedPressure;
-  if (o.pressureThreshold > 0) {
-    const rss = o.rss ?? readRss;
-    const scale = o.pauseAbove / o.pressureThreshold;
-    sources.memory = () => memoryRatio(rss(), o.memoryLimitBytes) * scale;
-  }
+  const memory = o.memory;
+  if (memory !== undefined) sources.memory = () => memory.ratio();
   return sources;
+}
+
+export interface MemorySourceOptions {
+  /** The memory guard's limit (resolveMemoryLimit). */
+  limitBytes: number;
+  /** memory.pressure_threshold (DFE_ARCHIVER_MEMORY_PRESSURE_THRESHOLD), above 0. */
+  pressureThreshold: number;
+  /** self_regulation.pause_above and resume_below. */
+  pauseAbove: number;
+  resumeBelow: number;
+  rss?: ReadRss;
+}
+
+/**
+ * The memory source. The threshold is the trigger, so the ratio is (rss / limit) x (pause_above / threshold): it
+ * reaches pause_above exactly when rss reaches threshold x limit, and falls under resume_below below threshold x
+ * limit x resume_below / pause_above (0.6 of the limit with the defaults). Reading rss / (limit x threshold) against
+ * pause_above would instead pause at 0.64 of the limit, applying the 0.8 twice.
+ *
+ * RSS keeps a floor no pause lowers: code, the lanes' WebAssembly memories, the allocator's pools, 206-229 MiB after
+ * a run here. At a 250 MiB limit that floor lay above the resume point (150 MiB), and a latch waiting for it paused
+ * intake for 80 s with nothing buffered. So once intake waits with nothing left to free (settled: the hot buffers
+ * shed, their flushes landed, the garbage collected), the RSS it then reads is the floor: the band moves up by what
+ * the floor lies above the resume point, the latch resumes, and it pauses again only once RSS climbs the band's width
+ * (pause point less resume point) above the floor. The lift sinks with RSS, so memory freed later moves it back down.
+ */
+export class MemorySource {
+  readonly #limit: number;
+  readonly #scale: number;
+  readonly #rss: ReadRss;
+  /** RSS at which the ratio reads resume_below, before any lift. */
+  readonly #resumeBytes: number;
+  /** How far under the resume point a settled floor reads, so the latch resumes on it. */
+  readonly #margin: number;
+  #lift = 0;
+
+  constructor(o: MemorySourceOptions) {
+    this.#limit = o.limitBytes;
+    this.#scale = o.pauseAbove / o.pressureThreshold;
+    this.#rss = o.rss ?? readRss;
+    this.#resumeBytes = (o.limitBytes * o.pressureThreshold * o.resumeBelow) / o.pauseAbove;
+    this.#margin = (o.limitBytes * o.pressureThreshold - this.#resumeBytes) / 8;
+  }
+
+  /** The ratio the latch reads: RSS less the lift, over the limit, scaled as above. */
+  ratio(): number {
+    const rss = this.#rss();
+    this.#lift = Math.min(this.#lift, this.#liftAt(rss));
+    return memoryRatio(rss - this.#lift, this.#limit) * this.#scale;
+  }
+
+  /** Intake waits with nothing left to free: RSS now is the floor (see above). */
+  settled(): void {
+    this.#lift = this.#liftAt(this.#rss());
+  }
+
+  /** Bytes the band has moved up by: 0 until a floor was found above the resume point. */
+  get liftBytes(): number {
+    return this.#lift;
+  }
+
+  #liftAt(rss: number): number {
+    return Math.max(0, rss - this.#resumeBytes + this.#margin);
+  }
 }

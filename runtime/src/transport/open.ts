@@ -60,12 +60,14 @@ async function kafkaTransport(
 /**
  * Fetch sizes from the memory limit. A fetch is held whole while its records are routed: the response, each record
  * batch decompressed, and a JS object per record, which together ran to 10-20 times its bytes on the wire (JSON
- * records of 700 bytes, lz4). A 256th of the limit per fetch (2 MiB of a 512 MiB limit, the 64 MiB ceiling from
- * 16 GiB up) keeps a fetch near a tenth of the limit; a partition takes at most a quarter of it, or batch_size
- * records of about a kilobyte.
+ * records of 700 bytes, lz4). A 1024th of the limit per fetch (1 MiB up to a 1 GiB limit, the 64 MiB ceiling from
+ * 64 GiB up); a partition takes at most a quarter of it, or batch_size records of about a kilobyte. Each partition's
+ * records come back from their lane as one route reply, held until its last record's flush lands: with a 256th (4
+ * MiB at 1 GiB) a single-topic run held 17-29 replies of 10 MiB and peaked at 380-408 MiB; with a 1024th (and the
+ * replies collected as they are let go, see codec/lanes.ts) at 194-198 MiB, in about the same time.
  */
 export function fetchBytes(batchSize: number, limitBytes: number): { maxBytes: number; maxBytesPerPartition: number } {
-  const maxBytes = Math.max(1 << 20, Math.min(64 << 20, Math.floor(limitBytes / 256)));
+  const maxBytes = Math.max(1 << 20, Math.min(64 << 20, Math.floor(limitBytes / 1024)));
   return { maxBytes, maxBytesPerPartition: Math.max(256 << 10, Math.min(batchSize * 1024, Math.floor(maxBytes / 4))) };
 }
 

@@ -6,9 +6,10 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync }
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
 import { createCodec } from "../../src/codec/index.ts";
 import { viewsOf } from "../../src/buffer/hot.ts";
-import { codecLanes, copyInto, ReplyLeases } from "../../src/codec/lanes.ts";
+import { codecLanes, copyInto, IDLE_TRIM_MS, ReplyLeases } from "../../src/codec/lanes.ts";
 import { encodeRouteBlock, readRouted, routeBlock, type Routed, type RouteSpec } from "../../src/route/block.ts";
 import { createFileStore } from "../../src/store/file.ts";
 import type { RecordsBatch } from "../../src/records.ts";
@@ -190,6 +191,22 @@ test("a route block given up is moved to the lane, not copied: routed as a copy 
   const keys = (r: Routed) => r.chunks.flatMap((c) => c.groups.map((g) => [g.key, viewsOf(g).data.toString()]));
   assert.deepEqual(keys(readRouted(fromMoved)), keys(here));
   assert.deepEqual(keys(readRouted(fromKept)), keys(here));
+});
+
+test("an idle lane's spare reply memory is let go: kept for the next replies only while routes keep coming", async () => {
+  const spec: RouteSpec = { mode: "topic", fields: [], defaultSegment: "unknown", chunk: 1000 };
+  const batch: RecordsBatch = {
+    topic: "t",
+    partition: 0,
+    records: Array.from({ length: 100 }, (_, i) => ({ value: Buffer.from(`{"id":${i}}`), offset: String(i) })),
+  };
+  const routed = readRouted(await codecLanes().run("route", 0, encodeRouteBlock(spec, batch, Buffer.allocUnsafeSlow)));
+  assert.ok(routed.memory.length > 0, "a lane's reply lies in memory it made");
+  const before = codecLanes().sparesHeld;
+  codecLanes().recycle(routed.memory);
+  assert.equal(codecLanes().sparesHeld, before + routed.memory.length, "recycled: held for the lane's next replies");
+  await sleep(IDLE_TRIM_MS + 500);
+  assert.equal(codecLanes().sparesHeld, 0, "idle past IDLE_TRIM_MS: let go");
 });
 
 test("route reply memory recycled while leased goes back for reuse at its last reader's release, and only then", () => {

@@ -38,6 +38,7 @@ async function run(
   orgs: number,
   archive: Record<string, unknown>,
   buffer: Record<string, unknown> = {},
+  limit = LIMIT,
 ) {
   const dir = tempDir(t);
   const topic = await kafkaTopic(t, { partitions: 4 });
@@ -55,7 +56,7 @@ async function run(
       dlq: { enabled: false },
       logger: { level: "warn" },
     },
-    { dir, env: { DFE_ARCHIVER_MEMORY_LIMIT_BYTES: LIMIT } },
+    { dir, env: { DFE_ARCHIVER_MEMORY_LIMIT_BYTES: limit } },
   );
   return { a, dir, topic, groupId };
 }
@@ -120,11 +121,14 @@ test("10,000 destinations to local files under 512 MiB: each record once, a file
 test("2,000 destinations past the hot buffers' bound spill and read back: each record once, in its own destination", async (t) => {
   const dir = tempDir(t);
   // flush_bytes of 64 KiB bounds the hot buffers at 8 MiB, under the 35 MB produced; buffers flush only at the drain.
+  // A 2 GiB limit fetches 2 MiB at a time, whose turns overrun that bound: with a 512 MiB limit's 512 KiB fetches
+  // nothing waited in the spool by the time every record was received.
   const { a, topic, groupId } = await run(
     t,
     200,
     { destination: `file://${join(dir, "archive")}` },
     { flush_bytes: 65536, flush_age_secs: 600 },
+    String(2 * 1024 ** 3),
   );
   await waitMetric(a, "messages_received_total", N, 180_000);
   assert.ok((await a.metric("hot_buffer_spills_total")) > 0, "buffers spilled");

@@ -7,13 +7,13 @@ import { parseConfigText } from "../../src/config/load.ts";
 import type { PartitionRef } from "../../src/delivery/tracker.ts";
 import { Health } from "../../src/observe/health.ts";
 import { createMetrics } from "../../src/observe/metrics.ts";
-import { Regulation } from "../../src/pipeline/regulation.ts";
+import { Regulation, type RegulationDeps } from "../../src/pipeline/regulation.ts";
 import { SinkTally } from "../../src/regulate/circuit.ts";
 
 /** Far above this process's RSS, so only the held records the test sets move the latch. */
 const MEMORY = 64 * 2 ** 30;
 
-function harness() {
+function harness(over: Partial<RegulationDeps> = {}) {
   const { config } = parseConfigText(
     ["kafka: { brokers: ['127.0.0.1:9'], topics: [t] }", "archive: { destination: 'file:///tmp/unused' }"].join("\n"),
     { env: {}, sourceName: "test.yaml" },
@@ -40,6 +40,7 @@ function harness() {
     heldRecords: () => state.held,
     shed: () => void state.shed++,
     settled: () => true,
+    ...over,
   });
   /** Held records past (or back under) the held_records source's pause point. */
   const heldHigh = () => (state.held = MEMORY);
@@ -99,4 +100,39 @@ test("every local write failing opens the sink circuit, which holds the scaling 
   h.regulation.cycle(reading);
   assert.equal((await h.metrics.sinkCircuitOpen.get()).values[0]?.value, 0);
   assert.ok(h.regulation.pressure() > 0);
+});
+
+test("paused on memory at a limit under the process's floor: resumes once nothing is left to free", () => {
+  // At a 250 MiB limit the memory source pauses at 200 MiB and resumed only under 150 MiB, while the process holds
+  // 206-229 MiB with nothing buffered: intake sat paused for 80 s of a 90 s run.
+  const MIB = 2 ** 20;
+  const state = { rss: 230 * MIB, settled: false, collections: 0 };
+  const h = harness({
+    memory: { bytes: 250 * MIB, source: "env" },
+    hotBufferCapBytes: (250 * MIB) / 4,
+    rss: () => state.rss,
+    settled: () => state.settled,
+    reclaim: () => {
+      state.collections++;
+      return true;
+    },
+  });
+  h.regulation.assigned([{ topic: "t", partition: 0 }]);
+  h.regulation.check();
+  assert.deepEqual(h.calls, ["pause t/0"]);
+  h.regulation.check();
+  assert.equal(h.state.shed, 1, "at the pause point: what the hot buffers hold is flushed");
+  state.rss = 220 * MIB;
+  h.regulation.check();
+  assert.deepEqual(h.calls, ["pause t/0"], "flushes in flight: still paused");
+  state.settled = true;
+  h.regulation.check();
+  assert.deepEqual(h.calls, ["pause t/0", "resume t/0"], "nothing left to free: resumed at 220 MiB");
+  assert.ok(state.collections >= 3);
+  state.rss = 260 * MIB;
+  h.regulation.check();
+  assert.deepEqual(h.calls, ["pause t/0", "resume t/0"], "within the band above the floor");
+  state.rss = 290 * MIB;
+  h.regulation.check();
+  assert.deepEqual(h.calls, ["pause t/0", "resume t/0", "pause t/0"]);
 });

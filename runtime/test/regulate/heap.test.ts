@@ -11,7 +11,7 @@ test("heap flags from the limit: half for the old space, a 64th per semi-space, 
   assert.deepEqual(heapFlags(16384 * MIB), { oldSpaceMiB: 8192, semiSpaceMiB: 64 });
 });
 
-test("only flags the operator did not set are added, and none without a real limit", () => {
+test("only flags the operator did not set are added, and no old-space ceiling with the default limit", () => {
   const env = { bytes: 512 * MIB, source: "env" } as const;
   assert.deepEqual(missingHeapFlags(env, []), ["--max-old-space-size=256", "--max-semi-space-size=8"]);
   assert.deepEqual(missingHeapFlags(env, ["--max-old-space-size=100"]), ["--max-semi-space-size=8"]);
@@ -19,7 +19,8 @@ test("only flags the operator did not set are added, and none without a real lim
   assert.deepEqual(missingHeapFlags({ bytes: 512 * MIB, source: "cgroup" }, ["--max-old-space-size=256"]), [
     "--max-semi-space-size=8",
   ]);
-  assert.deepEqual(missingHeapFlags({ bytes: 20000 * MIB, source: "host" }, []), []);
+  assert.deepEqual(missingHeapFlags({ bytes: 1024 * MIB, source: "default" }, []), ["--max-semi-space-size=2"]);
+  assert.deepEqual(missingHeapFlags({ bytes: 1024 * MIB, source: "default" }, ["--max-semi-space-size=2"]), []);
 });
 
 test("a process given a limit restarts itself once, in place, with the flags", () => {

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createLatch, latchSources, type LatchOptions } from "../../src/regulate/latch.ts";
+import { createLatch, latchSources, MemorySource, type LatchOptions } from "../../src/regulate/latch.ts";
 
 function harness(sources: Record<string, number>, over: Partial<LatchOptions> = {}) {
   const values = { ...sources };
@@ -98,38 +98,41 @@ test("no sources: never pauses", () => {
   assert.deepEqual(latch.check(), { paused: false, ratio: 0 });
 });
 
-test("latchSources: held records at 32 bytes against a quarter of the limit; staged pressure passed through", () => {
+test("latchSources: held records at 32 bytes against a quarter of the limit; staged pressure and memory passed through", () => {
   const s = latchSources({
     memoryLimitBytes: 1024 * 1024 * 1024,
-    pressureThreshold: 0.8,
-    pauseAbove: 0.8,
     heldRecords: () => 2 * 1024 * 1024, // 64 MiB of offsets against a 256 MiB quarter
     stagedPressure: () => 0.42,
-    rss: () => 0,
+    memory: new MemorySource({
+      limitBytes: 1000,
+      pressureThreshold: 0.8,
+      pauseAbove: 0.8,
+      resumeBelow: 0.6,
+      rss: () => 500,
+    }),
   });
   assert.deepEqual(Object.keys(s).sort(), ["held_records", "memory", "staged_bytes"]);
   assert.equal(s.held_records!(), 0.25);
   assert.equal(s.staged_bytes!(), 0.42);
+  assert.equal(s.memory!(), 0.5);
+  assert.deepEqual(Object.keys(latchSources({ memoryLimitBytes: 1000, heldRecords: () => 0 })), ["held_records"]);
 });
 
-test("latchSources: memory reaches pause_above exactly at pressure_threshold x limit", () => {
+test("MemorySource: reaches pause_above exactly at pressure_threshold x limit", () => {
   let rss = 0;
-  const limit = 1000;
-  const opts = { memoryLimitBytes: limit, heldRecords: () => 0, rss: () => rss };
-  const mem = latchSources({ ...opts, pressureThreshold: 0.5, pauseAbove: 0.8 }).memory!;
+  const opts = { limitBytes: 1000, resumeBelow: 0.6, rss: () => rss };
+  const mem = new MemorySource({ ...opts, pressureThreshold: 0.5, pauseAbove: 0.8 });
   rss = 500;
-  assert.equal(mem(), 0.8, "rss at the threshold reads as pause_above");
+  assert.equal(mem.ratio(), 0.8, "rss at the threshold reads as pause_above");
   // Resuming (below 0.6) needs rss below threshold x resume_below / pause_above of the limit: 375 bytes.
   rss = 375.1;
-  assert.ok(mem() > 0.6);
+  assert.ok(mem.ratio() > 0.6);
   rss = 374.9;
-  assert.ok(mem() < 0.6);
+  assert.ok(mem.ratio() < 0.6);
   // With the defaults the threshold and pause_above coincide: the ratio is rss over the limit.
-  const dflt = latchSources({ ...opts, pressureThreshold: 0.8, pauseAbove: 0.8 }).memory!;
+  const dflt = new MemorySource({ ...opts, pressureThreshold: 0.8, pauseAbove: 0.8 });
   rss = 800;
-  assert.equal(dflt(), 0.8);
-  assert.equal(latchSources({ ...opts, pressureThreshold: 0, pauseAbove: 0.8 }).memory, undefined);
-  assert.equal(latchSources({ ...opts, pressureThreshold: 0.8, pauseAbove: 0.8 }).staged_bytes, undefined);
+  assert.equal(dflt.ratio(), 0.8);
 });
 
 test("latchSources feed the latch: held records pause intake at 80% of the quarter", () => {
@@ -139,13 +142,7 @@ test("latchSources feed the latch: held records pause intake at 80% of the quart
     pauseAbove: 0.8,
     resumeBelow: 0.6,
     enabled: true,
-    sources: latchSources({
-      memoryLimitBytes: 4 * 32 * 1000,
-      pressureThreshold: 0.8,
-      pauseAbove: 0.8,
-      heldRecords: () => held,
-      rss: () => 0,
-    }),
+    sources: latchSources({ memoryLimitBytes: 4 * 32 * 1000, heldRecords: () => held }),
     onPause: (s) => events.push(s),
     onResume: () => events.push("resume"),
   });
@@ -158,23 +155,77 @@ test("latchSources feed the latch: held records pause intake at 80% of the quart
   assert.deepEqual(events, ["held_records", "resume"]);
 });
 
-test("a settled source holds a paused latch only at pause_above: a floor above resume_below cannot pause it for good", () => {
+const MIB = 2 ** 20;
+
+/** The memory source at a 250 MiB limit (pause at 200 MiB, resume under 150 MiB) over an RSS the test sets. */
+function memoryAt250() {
+  const state = { rss: 0 };
+  const memory = new MemorySource({
+    limitBytes: 250 * MIB,
+    pressureThreshold: 0.8,
+    pauseAbove: 0.8,
+    resumeBelow: 0.6,
+    rss: () => state.rss,
+  });
+  return { state, memory };
+}
+
+test("MemorySource: a floor found above the resume point moves the band up by what it lies above", () => {
+  const { state, memory } = memoryAt250();
+  state.rss = 220 * MIB;
+  assert.equal(memory.ratio(), 0.88);
+  memory.settled();
+  const lift = memory.liftBytes;
+  // The floor reads just under resume_below (by an eighth of the 50 MiB band).
+  assert.equal(lift, 220 * MIB - 150 * MIB + (50 * MIB) / 8);
+  assert.ok(memory.ratio() < 0.6);
+  // It pauses again once RSS climbs the band's width (and the margin) above the floor: 270 MiB and more.
+  state.rss = 270 * MIB;
+  assert.ok(memory.ratio() < 0.8);
+  state.rss = 277 * MIB;
+  assert.ok(memory.ratio() >= 0.8);
+  // RSS falling lowers the floor with it, down to none.
+  state.rss = 180 * MIB;
+  assert.ok(memory.ratio() < 0.6);
+  assert.equal(memory.liftBytes, 180 * MIB - 150 * MIB + (50 * MIB) / 8);
+  state.rss = 100 * MIB;
+  assert.equal(memory.ratio(), 0.4);
+  assert.equal(memory.liftBytes, 0);
+  state.rss = 200 * MIB;
+  assert.equal(memory.ratio(), 0.8, "with the floor gone, the pause point is the threshold's again");
+  state.rss = 100 * MIB;
+  memory.settled();
+  assert.equal(memory.liftBytes, 0, "a floor under the resume point moves nothing");
+});
+
+test("a latch paused on memory by a floor it cannot free resumes once the floor is found", () => {
+  // The old latch held a settled memory source down to pause_above: a process whose RSS with nothing buffered
+  // (220 MiB) lay above a 250 MiB limit's pause point (200 MiB) stayed paused for good.
+  const { state, memory } = memoryAt250();
+  const events: string[] = [];
   let settled = false;
-  const { values, events, latch } = harness(
-    { memory: 0.5, held_records: 0.1 },
-    { settled: (source) => source === "memory" && settled },
-  );
-  values.memory = 0.9;
+  const latch = createLatch({
+    pauseAbove: 0.8,
+    resumeBelow: 0.6,
+    enabled: true,
+    sources: latchSources({ memoryLimitBytes: 250 * MIB, heldRecords: () => 0, memory }),
+    onPause: (s) => events.push(`pause ${s}`),
+    onResume: () => events.push("resume"),
+    whilePaused: () => {
+      if (settled) memory.settled();
+    },
+  });
+  state.rss = 230 * MIB;
   assert.equal(latch.check().paused, true);
-  values.memory = 0.65;
-  assert.equal(latch.check().paused, true, "work still in flight: waits for resume_below");
+  state.rss = 220 * MIB;
+  assert.equal(latch.check().paused, true, "flushes still in flight: waits");
+  assert.equal(latch.check().paused, true);
   settled = true;
-  values.held_records = 0.7;
-  assert.equal(latch.check().paused, true, "an unsettled source in the band still holds it");
-  values.held_records = 0.1;
-  values.memory = 0.8;
-  assert.equal(latch.check().paused, true, "settled, but at pause_above");
-  values.memory = 0.65;
-  assert.equal(latch.check().paused, false, "settled and below pause_above: resumes");
-  assert.deepEqual(events, ["pause memory 0.9", "resume"]);
+  assert.equal(latch.check().paused, false, "nothing left to free: resumes");
+  settled = false;
+  state.rss = 240 * MIB;
+  assert.equal(latch.check().paused, false, "within the band above the floor");
+  state.rss = 280 * MIB;
+  assert.equal(latch.check().paused, true, "a band's width above the floor");
+  assert.deepEqual(events, ["pause memory", "resume", "pause memory"]);
 });
