@@ -63,6 +63,7 @@ export class Flushes {
 
   constructor(deps: FlushesDeps) {
     this.#d = deps;
+    deps.spill?.onLanded(() => this.wake());
   }
 
   /** Bytes of the flushes in flight. */
@@ -171,11 +172,11 @@ export class Flushes {
   }
 
   /**
-   * A local write retrying, a destination with MAX_FLUSHES_A_DESTINATION in flight, or no room (see hasRoom): intake
-   * waits, so compress and write queues stay short.
+   * A local write retrying, a destination with MAX_FLUSHES_A_DESTINATION in flight, the spill's writes backed up, or
+   * no room (see hasRoom): intake waits, so compress and write queues stay short.
    */
   saturated(): boolean {
-    return this.#stalled > 0 || this.#deep > 0 || !this.hasRoom();
+    return this.#stalled > 0 || this.#deep > 0 || (this.#d.spill?.backedUp ?? false) || !this.hasRoom();
   }
 
   /** Flushes in flight, and parked files rolling, are within their bounds: another flush may start. */

@@ -429,18 +429,22 @@ test("reads wait within the read cap, and the budget bounds what is spilled", as
   await spill.close();
 });
 
-test("chunks on their way to file are bounded by the cap: past it a relieved buffer flushes a frame", async (t) => {
+test("past the cap of chunks on their way to file the spill is backed up, and says when a write lands", async (t) => {
   // Each 26-byte segment overflows a 16-byte chunk: it takes one of its own, and seals the one before. A 100-byte cap.
   const spill = spillFor(t, 1 << 20, 100, 16);
+  let landed = 0;
+  spill.onLanded(() => landed++);
   const segments: Segments = [];
   const write = () =>
     spill.write([Buffer.from("a\n")], 2, new Uint32Array([2]), new Float64Array([0]), [0, 1, 2], segments);
   for (let i = 0; i < 4; i++) write();
-  assert.equal(spill.room(1), true, "78 bytes on their way");
+  assert.equal(spill.backedUp, false, "78 bytes on their way");
   write();
-  assert.equal(spill.room(1), false, "104 bytes on their way");
+  assert.equal(spill.backedUp, true, "104 bytes on their way");
+  assert.equal(spill.room(1), true, "still room: what spills more waits in memory");
   await spill.landed();
-  assert.equal(spill.room(1), true);
+  assert.equal(spill.backedUp, false);
+  assert.equal(landed, 4);
   spill.release(segments);
   await spill.close();
 });

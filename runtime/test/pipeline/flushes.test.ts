@@ -1,9 +1,13 @@
 // Flush scheduling alone (pipeline/flushes.ts), over a writer pool whose appends the test resolves or fails.
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { pino } from "pino";
 import type { FlushBatch } from "../../src/buffer/hot.ts";
+import { Spill } from "../../src/buffer/spill.ts";
 import { createCodec } from "../../src/codec/index.ts";
 import { OffsetTracker } from "../../src/delivery/tracker.ts";
 import { ArchiverError } from "../../src/errors.ts";
@@ -34,7 +38,7 @@ function batch(destination: string, text: string): FlushBatch {
 }
 
 /** Flushes over appends that wait for the test: `pending` holds each append's text and how to end it. */
-function harness(inflightCap = 1 << 20) {
+function harness(inflightCap = 1 << 20, spill?: Spill) {
   const pending: { text: string; land: () => void; fail: (err: Error) => void }[] = [];
   const landed: string[] = [];
   const outcomes: string[] = [];
@@ -52,7 +56,7 @@ function harness(inflightCap = 1 << 20) {
   const flushes = new Flushes({
     writers,
     codec: createCodec("zstd"),
-    spill: undefined,
+    spill,
     inflightCap,
     metrics: createMetrics({ defaultMetrics: false }),
     log: pino({ level: "silent" }),
@@ -162,4 +166,24 @@ test("a local write that can clear is retried, holding intake, until it lands; o
   h.take("b:y").fail(new ArchiverError("EACCES", "denied", "permanent"));
   await h.flushes.landed();
   assert.deepEqual(h.outcomes, ["refused b"]);
+});
+
+test("while the spill's writes are backed up intake waits, and a write landing wakes it", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "dfe-spill-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  // 16-byte chunks and a 40-byte cap: three 26-byte segments put two chunks (52 bytes) on their way.
+  const spill = new Spill(dir, 1 << 20, 40, 16);
+  const h = harness(1 << 20, spill);
+  const segments: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    spill.write([Buffer.from("a\n")], 2, new Uint32Array([2]), new Float64Array([0]), [0, 1, 2], segments);
+  }
+  assert.equal(h.flushes.saturated(), true);
+  assert.equal(h.flushes.hasRoom(), true, "flushes themselves have room");
+  await h.flushes.room();
+  await spill.landed();
+  assert.equal(h.flushes.saturated(), false);
+  assert.ok(h.unsaturated() >= 1, "woken as the writes landed");
+  spill.release(segments);
+  await spill.close();
 });
