@@ -568,3 +568,26 @@ test("past coldPast destinations, a buffer small at flush_age spills, and flushe
   for (const b of flushed) releaseFlush(b, spill);
   assert.equal(spill.bytes, 0);
 });
+
+test("a cold buffer taken back with 8 segments reads them back, so its next spill writes them as one", (t) => {
+  const spill = spillFor(t);
+  const { p, flushed } = pool({ spill });
+  const { buffers } = hotBufferBounds(1 << 20, 1000);
+  let other = 0;
+  // Each round "x" takes a record, then as many other destinations evict it into the spill.
+  for (let round = 0; round < 8; round++) {
+    p.add("x", 0, rec(round, `x${round}`));
+    for (let i = 0; i < buffers; i++) p.add(`o${other++}`, 1, rec(other, "o"));
+  }
+  assert.equal(flushed.length, 0);
+  const before = spill.bytes;
+  p.add("x", 0, rec(8, "x8"));
+  assert.ok(spill.bytes < before, "its 8 segments were read back and released");
+  p.flushAll();
+  const x = flushed.find((b) => b.destination === "x") as FlushBatch;
+  assert.equal(segmentCount(x.spilled ?? []), 0);
+  assert.deepEqual(lines(x), ["x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8"]);
+  assert.deepEqual([...x.offsets], [0, 1, 2, 3, 4, 5, 6, 7, 8]);
+  for (const b of flushed) releaseFlush(b, spill);
+  assert.equal(spill.bytes, 0);
+});
