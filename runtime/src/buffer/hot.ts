@@ -241,16 +241,11 @@ export class HotBufferPool {
   #unsettled: HotBuffer[] = [];
   /**
    * Destinations in the order their buffers opened, with when, for the age flush: an entry whose buffer has flushed
-   * since is skipped. The recency order the map keeps is not age order. Names and times, not the buffers: a flushed
-   * buffer listed here would stay alive until its entry aged.
+   * since is skipped. The recency order the map keeps is not age order.
    */
-  #ageNames: string[] = [];
-  #ageTimes: number[] = [];
-  #ageHead = 0;
-  /** Buffers spilled at flush_age, listed as #ageNames is, in the same order: they flush at coldAgeMs. */
-  #coldNames: string[] = [];
-  #coldTimes: number[] = [];
-  #coldHead = 0;
+  readonly #aging = new AgeList();
+  /** Buffers spilled at flush_age, listed as #aging is: they flush at coldAgeMs. */
+  readonly #coldDue = new AgeList();
   #bytes = 0;
   readonly #boundBytes: number;
   readonly #maxBuffers: number;
@@ -305,7 +300,9 @@ export class HotBufferPool {
       else {
         this.#cold.delete(destination);
         const spill = this.#opts.spill;
-        if (spill !== undefined && segmentCount(b.segments ?? []) >= MERGE_SEGMENTS) this.#unspill(b, spill);
+        if (spill !== undefined && b.segments !== undefined && segmentCount(b.segments) >= MERGE_SEGMENTS) {
+          this.#unspill(b, spill);
+        }
       }
       this.#buffers.set(destination, b);
     } else if (this.#buffers.size > 1) {
@@ -326,8 +323,7 @@ export class HotBufferPool {
     if (b.hold === undefined) {
       b.hold = this.#opts.openHold();
       b.openedAt = this.#now();
-      this.#ageNames.push(b.destination);
-      this.#ageTimes.push(b.openedAt);
+      this.#aging.push(b.destination, b.openedAt);
     }
     const dataAt = records.dataAt + base;
     const memory = records.data.buffer;
@@ -531,45 +527,36 @@ export class HotBufferPool {
     const coldAge = this.#opts.coldAgeMs ?? 0;
     const cooling = this.#opts.spill !== undefined && coldAge > this.#opts.flushAgeMs;
     const crowded = (): boolean => this.#buffers.size + this.#cold.size > (this.#opts.coldPast ?? 0);
-    this.#ageHead = this.#due(this.#ageNames, this.#ageTimes, this.#ageHead, now - this.#opts.flushAgeMs, (b) => {
+    this.#due(this.#aging, now - this.#opts.flushAgeMs, (b) => {
       if (cooling && crowded() && this.#trySpill(b)) {
-        this.#coldNames.push(b.destination);
-        this.#coldTimes.push(b.openedAt);
+        this.#coldDue.push(b.destination, b.openedAt);
         return true;
       }
       if (!room()) return false;
       this.#flush(b, "age");
       return true;
     });
-    this.#coldHead = this.#due(this.#coldNames, this.#coldTimes, this.#coldHead, now - coldAge, (b) => {
+    this.#due(this.#coldDue, now - coldAge, (b) => {
       if (!room()) return false;
       this.#flush(b, "age");
       return true;
     });
-    [this.#ageNames, this.#ageTimes, this.#ageHead] = compact(this.#ageNames, this.#ageTimes, this.#ageHead);
-    [this.#coldNames, this.#coldTimes, this.#coldHead] = compact(this.#coldNames, this.#coldTimes, this.#coldHead);
   }
 
   /**
-   * Hands `act` each buffer listed from `head` on whose time is at or before `cutoff`, oldest first, until it says
-   * stop (false); an entry whose buffer has flushed since it was listed is skipped. Returns the new head.
+   * Hands `act` each buffer listed whose time is at or before `cutoff`, oldest first, until it says stop (false); an
+   * entry whose buffer has flushed since it was listed is skipped.
    */
-  #due(
-    names: readonly string[],
-    times: readonly number[],
-    head: number,
-    cutoff: number,
-    act: (b: HotBuffer) => boolean,
-  ): number {
-    for (; head < names.length; head++) {
-      const openedAt = times[head] ?? 0;
+  #due(list: AgeList, cutoff: number, act: (b: HotBuffer) => boolean): void {
+    for (; list.head < list.names.length; list.head++) {
+      const openedAt = list.times[list.head] ?? 0;
       if (openedAt > cutoff) break;
-      const name = names[head] ?? "";
+      const name = list.names[list.head] ?? "";
       const b = this.#buffers.get(name) ?? this.#cold.get(name);
       if (b === undefined || b.openedAt !== openedAt || b.hold === undefined) continue;
       if (!act(b)) break;
     }
-    return head;
+    list.compact();
   }
 
   /** Flushes every buffer (shutdown, reload) while `room` says more may go in flight; true once none is left. */
@@ -692,10 +679,27 @@ function growIndex(b: HotBuffer, need: number): void {
   b.ends = ends;
 }
 
-/** A list of names and times with its head: past 1,024 entries done, and half, the done ones go. */
-function compact(names: string[], times: number[], head: number): [string[], number[], number] {
-  if (head <= 1024 || head * 2 <= names.length) return [names, times, head];
-  return [names.slice(head), times.slice(head), 0];
+/**
+ * Destinations with when their buffers opened, in that order, from `head` on (those before it are done). Names and
+ * times, not the buffers: a flushed buffer listed here would stay alive until its entry aged.
+ */
+class AgeList {
+  names: string[] = [];
+  times: number[] = [];
+  head = 0;
+
+  push(name: string, time: number): void {
+    this.names.push(name);
+    this.times.push(time);
+  }
+
+  /** Past 1,024 entries done, and half, the done ones go. */
+  compact(): void {
+    if (this.head <= 1024 || this.head * 2 <= this.names.length) return;
+    this.names = this.names.slice(this.head);
+    this.times = this.times.slice(this.head);
+    this.head = 0;
+  }
 }
 
 /** A buffer that goes without a flush gives its blocks back. */

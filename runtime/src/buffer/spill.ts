@@ -98,8 +98,7 @@ export class Spill {
   #seq = 0;
   /** Bytes of live segments, data and index. */
   #bytes = 0;
-  /** Chunks sealed whose write has not landed, and their bytes. */
-  #writing = 0;
+  /** Bytes of chunks sealed whose write has not landed (a sealed chunk is never empty). */
   #writingBytes = 0;
   /** Bytes of segments in chunks held in memory. */
   #memory = 0;
@@ -224,7 +223,7 @@ export class Spill {
     chunk.at = file.size;
     file.size += chunk.length;
     file.live++;
-    if (this.#writing++ === 0) this.#landed = new Promise((resolve) => (this.#land = resolve));
+    if (this.#writingBytes === 0) this.#landed = new Promise((resolve) => (this.#land = resolve));
     this.#writingBytes += chunk.length;
     const block = chunk.block as Buffer;
     const at = chunk.at;
@@ -254,7 +253,7 @@ export class Spill {
 
   #wrote(chunk: Chunk): void {
     this.#writingBytes -= chunk.length;
-    if (--this.#writing === 0) this.#land?.();
+    if (this.#writingBytes === 0) this.#land?.();
     this.#onLanded?.();
     if (chunk.live === 0) this.#retire(chunk);
   }
