@@ -247,6 +247,8 @@ export class HotBufferPool {
   /** Buffers spilled at flush_age, listed as #aging is: they flush at coldAgeMs. */
   readonly #coldDue = new AgeList();
   #bytes = 0;
+  /** Records buffered, spilled ones too: kept as they change, not summed over ten thousand buffers each second. */
+  #records = 0;
   readonly #boundBytes: number;
   readonly #maxBuffers: number;
 
@@ -357,6 +359,7 @@ export class HotBufferPool {
       if (offset < min) min = offset;
     }
     b.records += count;
+    this.#records += count;
     this.#bytes += bytes;
     const r = b.runs;
     const n = r.length;
@@ -400,6 +403,7 @@ export class HotBufferPool {
       return;
     }
     this.#bytes -= b.length;
+    this.#records -= b.records + b.spilledRecords;
     const head = b.data === undefined || b.blockLength === 0 ? [] : [b.data.subarray(0, b.blockLength)];
     const batch: FlushBatch = {
       destination: b.destination,
@@ -637,6 +641,7 @@ export class HotBufferPool {
     let dropped = 0;
     for (const s of slots) dropped += hold.dropSlot(s);
     this.#bytes -= b.length - write;
+    this.#records -= b.records - kept;
     b.length = write;
     b.blockLength = write;
     b.records = kept;
@@ -646,9 +651,7 @@ export class HotBufferPool {
 
   /** Buffers (cold ones too), the bytes they hold in memory, and their records, spilled too. */
   stats(): { buffers: number; bytes: number; records: number } {
-    let records = 0;
-    for (const b of this.#all()) records += b.records + b.spilledRecords;
-    return { buffers: this.#buffers.size + this.#cold.size, bytes: this.#bytes, records };
+    return { buffers: this.#buffers.size + this.#cold.size, bytes: this.#bytes, records: this.#records };
   }
 }
 

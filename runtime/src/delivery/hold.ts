@@ -2,11 +2,22 @@
 // Per partition slot it keeps only the lowest offset and the count, because the commit floor of a partition is the
 // lowest offset any unreleased hold carries: every offset below it belongs to a hold already released.
 
-/** Records of every open hold together, kept as they change: summing ten thousand holds at each latch reading cost
- * the event loop more than a second of a 10,000-destination run. */
+import type { Floors } from "./floors.ts";
+
+/**
+ * What the open holds share with their tracker: their records and bytes together, kept as they change (summing ten
+ * thousand holds at each latch reading cost the event loop more than a second of a 10,000-destination run), and the
+ * floors each lowest offset set goes to.
+ */
 export interface HeldTally {
   records: number;
+  bytes: number;
+  readonly floors: Floors | undefined;
 }
+
+/** What a hold costs beside its parts, and each part (see Hold.bytes). */
+export const HOLD_BYTES = 64;
+const PART_BYTES = 24;
 
 export class Hold {
   /** The tally this hold counts in while it is open (see OffsetTracker.open); detached when it is released. */
@@ -39,12 +50,30 @@ export class Hold {
       if (i < 0) {
         i = p.length;
         p.push(slot, min, 0);
+        this.#noteNew(slot, min);
       }
       this.#last = i;
     }
     p[i + 2] = (p[i + 2] ?? 0) + count;
-    if (min < (p[i + 1] ?? min)) p[i + 1] = min;
+    if (min < (p[i + 1] ?? min)) {
+      p[i + 1] = min;
+      this.tally?.floors?.note(this, slot, min);
+    }
     if (this.tally !== undefined) this.tally.records += count;
+  }
+
+  /** A part for a slot new to the hold. */
+  #noteNew(slot: number, min: number): void {
+    const t = this.tally;
+    if (t === undefined) return;
+    t.bytes += PART_BYTES;
+    t.floors?.note(this, slot, min);
+  }
+
+  /** The lowest offset it holds of `slot`, or undefined when it holds none. */
+  lowest(slot: number): number | undefined {
+    const i = this.#find(slot);
+    return i < 0 || (this.parts[i + 2] ?? 0) === 0 ? undefined : this.parts[i + 1];
   }
 
   /** Takes over another hold's records (the same file holds both). */
@@ -55,10 +84,15 @@ export class Hold {
       const min = o[i + 1] ?? 0;
       const count = o[i + 2] ?? 0;
       const j = this.#find(slot);
-      if (j < 0) this.parts.push(slot, min, count);
-      else {
+      if (j < 0) {
+        this.parts.push(slot, min, count);
+        this.#noteNew(slot, min);
+      } else {
         this.parts[j + 2] = (this.parts[j + 2] ?? 0) + count;
-        if (min < (this.parts[j + 1] ?? min)) this.parts[j + 1] = min;
+        if (min < (this.parts[j + 1] ?? min)) {
+          this.parts[j + 1] = min;
+          this.tally?.floors?.note(this, slot, min);
+        }
       }
     }
   }
@@ -86,12 +120,15 @@ export class Hold {
     const n = this.parts[i + 2] ?? 0;
     this.parts.splice(i, 3);
     this.#last = -1;
-    if (this.tally !== undefined) this.tally.records -= n;
+    if (this.tally !== undefined) {
+      this.tally.records -= n;
+      this.tally.bytes -= PART_BYTES;
+    }
     return n;
   }
 
   /** Approximate bytes this hold keeps alive (object header plus its array). */
   get bytes(): number {
-    return 64 + 24 * (this.parts.length / 3);
+    return HOLD_BYTES + PART_BYTES * (this.parts.length / 3);
   }
 }

@@ -1,7 +1,8 @@
 // Offsets held until the file holding their records is durable, then released. Each partition commits only below
 // the lowest offset an unreleased hold carries. An Errored hold is never released: nothing reads its records again
 // short of a restart, so the pipeline drains and exits non-zero (withheld) and the restart reads from the floor.
-import { Hold, type HeldTally } from "./hold.ts";
+import { Floors } from "./floors.ts";
+import { Hold, HOLD_BYTES, type HeldTally } from "./hold.ts";
 
 export type ReleaseOutcome = "done" | "rejected" | "dropped" | "errored";
 
@@ -34,11 +35,17 @@ export class OffsetTracker {
   readonly #index = new Map<string, number>();
   readonly #open = new Set<Hold>();
   readonly #errored = new Set<Hold>();
-  readonly #held: HeldTally = { records: 0 };
-  readonly #holdsCommit: boolean;
+  readonly #held: HeldTally;
 
   constructor(opts: TrackerOptions) {
-    this.#holdsCommit = opts.holdsCommit;
+    // Without confirmation the floor is what was received: no hold's offsets count.
+    const floors = opts.holdsCommit
+      ? new Floors(
+          (h) => this.#open.has(h) || this.#errored.has(h),
+          () => [...this.#open, ...this.#errored],
+        )
+      : undefined;
+    this.#held = { records: 0, bytes: 0, floors };
   }
 
   /** A small integer naming a partition, stable for the tracker's life; holds and buffers carry it per record. */
@@ -67,6 +74,7 @@ export class OffsetTracker {
   open(): Hold {
     const h = new Hold();
     h.tally = this.#held;
+    this.#held.bytes += HOLD_BYTES;
     this.#open.add(h);
     return h;
   }
@@ -74,8 +82,9 @@ export class OffsetTracker {
   /** Folds `from` into `into` (both open, carried by the same file); false when either is not open. */
   merge(into: Hold, from: Hold): boolean {
     if (!this.#open.has(into) || !this.#open.delete(from)) return false;
-    // `from`'s records stay in the tally, carried by `into` now (absorb counts nothing again).
+    // `from`'s records stay in the tally, carried by `into` now (absorb counts no record again, only its new parts).
     from.tally = undefined;
+    this.#held.bytes -= from.bytes;
     into.absorb(from);
     return true;
   }
@@ -91,6 +100,7 @@ export class OffsetTracker {
     if (!this.#open.delete(hold)) return 0;
     hold.tally = undefined;
     this.#held.records -= hold.records;
+    this.#held.bytes -= hold.bytes;
     if (outcome === "errored") this.#errored.add(hold);
     return hold.records;
   }
@@ -154,20 +164,8 @@ export class OffsetTracker {
 
   /** Per slot, the lowest offset an unreleased hold carries, else the next offset to receive. */
   #floors(): number[] {
-    const floors = this.#parts.map((p) => p.next);
-    if (this.#holdsCommit) {
-      for (const set of [this.#open, this.#errored]) {
-        for (const h of set) {
-          const p = h.parts;
-          for (let i = 0; i < p.length; i += 3) {
-            const s = p[i] ?? 0;
-            const m = p[i + 1] ?? 0;
-            if ((p[i + 2] ?? 0) > 0 && m < (floors[s] ?? 0)) floors[s] = m;
-          }
-        }
-      }
-    }
-    return floors;
+    const floors = this.#held.floors;
+    return this.#parts.map((p, s) => Math.min(p.next, floors?.lowest(s) ?? Infinity));
   }
 
   /** Records the broker confirmed a commit of. */
@@ -188,9 +186,7 @@ export class OffsetTracker {
 
   /** Approximate bytes the held offsets cost (the seed's design spends about 32 a record). */
   heldBytes(): number {
-    let n = 0;
-    for (const h of this.#open) n += h.bytes;
-    return n;
+    return this.#held.bytes;
   }
 
   #part(slot: number): PartitionState {
