@@ -92,6 +92,7 @@ export interface WriterPool<T> {
   /**
    * `since`: when the block's oldest record arrived (epoch milliseconds, default now); a file rolls on the interval by
    * its oldest record's age, so a frame that waited in the spill does not wait a second interval in its file.
+   * `last`: the destination's last append before shutdown (the drain's flush): its file completes right behind it.
    */
   append(
     destination: string,
@@ -100,6 +101,7 @@ export interface WriterPool<T> {
     rawBytes: number,
     ticket: T,
     since?: number,
+    last?: boolean,
   ): Promise<void>;
   /** Rolls files older than roll_interval_secs; call about once a second. */
   tick(): void;
@@ -187,6 +189,7 @@ class Pool<T> implements WriterPool<T> {
     rawBytes: number,
     ticket: T,
     since?: number,
+    last = false,
   ): Promise<void> {
     if (this.#closed) {
       return Promise.reject(new ArchiverError("writers_closed", "append after the writers closed", "permanent"));
@@ -205,7 +208,17 @@ class Pool<T> implements WriterPool<T> {
       w = this.#waiting.get(destination) ?? parked ?? this.#newWriter(destination);
     }
     const writer = w;
-    return this.#enqueue(writer, () => this.#write(writer, block, records, rawBytes, ticket, since ?? this.#now()));
+    const appended = this.#enqueue(writer, () =>
+      this.#write(writer, block, records, rawBytes, ticket, since ?? this.#now()),
+    );
+    // Completed now, not parked and opened again by closeAll: the drain of 89,000 destinations parked, reopened and
+    // closed each file once more than it needed, and completed none until every flush had landed.
+    if (last) {
+      if (this.#parked.get(destination) === writer) this.#rollParked(writer, "shutdown");
+      // On the writer's chain, so it keeps its place (and the cap bounds the descriptors) until its file is complete.
+      else this.#track(this.#enqueue(writer, () => this.#roll(writer, "shutdown")));
+    }
+    return appended;
   }
 
   tick(): void {

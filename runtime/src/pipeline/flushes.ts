@@ -130,7 +130,7 @@ export class Flushes {
     }
     const block = { raw, codec: this.#d.codec };
     return this.held(b.destination, "batch", () =>
-      this.#d.writers.append(b.destination, block, b.records, b.bytes, b.hold, b.openedAt),
+      this.#d.writers.append(b.destination, block, b.records, b.bytes, b.hold, b.openedAt, b.trigger === "drain"),
     );
   }
 

@@ -391,6 +391,34 @@ test("a parked file rolls at its age like an open one, and its destination's nex
   assert.equal(store.maxOpen, 1);
 });
 
+test("a destination's last append before shutdown completes its file right behind it, open or parked", async () => {
+  const store = new MemStore();
+  const { pool, completed, metrics } = setup({ maxWriters: 1 }, store);
+  await pool.append("d1", frame("1"), 1, 1, 0);
+  await pool.append("d2", frame("2"), 1, 1, 1); // parks d1
+  await turns();
+  await pool.append("d1", frame("3"), 1, 1, 2, undefined, true);
+  await pool.append("d2", frame("4"), 1, 1, 3, undefined, true);
+  await turns();
+  // Both complete before closeAll: the parked one by its path, with no place taken; each opened again only to sync.
+  assert.deepEqual(completed.map((c) => [c.destination, c.tickets]).sort(), [
+    ["d1", [0, 2]],
+    ["d2", [1, 3]],
+  ]);
+  assert.equal(await value(metrics.archiveRoll, { trigger: "shutdown" }), 2);
+  assert.equal(store.files.length, 2);
+  assert.deepEqual(
+    store.files.map((f) => [f.relPath.split("/")[0], f.reopens]),
+    [
+      ["d1", 1],
+      ["d2", 0],
+    ],
+    "the parked file opened once more, for its sync; the open one completed on its own descriptor",
+  );
+  await pool.closeAll();
+  assert.equal(completed.length, 2, "closeAll finds nothing left to complete");
+});
+
 test("roll completes the files whose tickets match, open or parked, and waits for every file completing", async () => {
   const store = new MemStore();
   let release!: () => void;
