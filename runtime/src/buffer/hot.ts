@@ -16,15 +16,15 @@
 import type { Hold } from "../delivery/hold.ts";
 import { codecLanes, copyInto } from "../codec/lanes.ts";
 import { BlockPool } from "./blocks.ts";
-import { segmentCount, type Segments, type Spill, type SpilledRecords } from "./spill.ts";
+import { segmentBytes, segmentCount, stitch, type Segments, type Spill, type SpilledRecords } from "./spill.ts";
 
 /** The hot buffers together hold at most this many times flush_bytes (and never more than the shared cap). */
 export const HOT_BUFFER_FLUSHES = 128;
 /** One buffer at most for each this many bytes of the bound: past it the least recently used flushes first. */
 export const MIN_BUFFER_SHARE = 2048;
 /**
- * A cold buffer taken back with this many segments reads them back into memory, so its next spill writes them as one:
- * 100,000 destinations kept about 20 segments each by 2M records and ran the 256 MiB heap out.
+ * A cold buffer taking records straight into the spill merges its newest segments once it has this many (see
+ * mergeTail): 100,000 destinations kept about 20 segments each by 2M records and ran the 256 MiB heap out.
  */
 const MERGE_SEGMENTS = 8;
 /** Room a buffer's ends and offsets first take, in records. */
@@ -125,26 +125,6 @@ export function wholeBatch(b: FlushBatch, spill: Spill | undefined): SpilledReco
   const own = { data: joined(b), ends: b.ends, offsets: b.offsets, runs: b.runs };
   if (b.spilled === undefined || segmentCount(b.spilled) === 0 || spill === undefined) return own;
   return stitch(spill.readAll(b.spilled), own);
-}
-
-/** Records in parts, joined end to end, each part's ends and runs moved past the bytes before it. */
-function stitch(parts: readonly SpilledRecords[], last: SpilledRecords): SpilledRecords {
-  const all = [...parts, last];
-  const records = all.reduce((n, p) => n + p.ends.length, 0);
-  const ends = new Uint32Array(records);
-  const offsets = new Float64Array(records);
-  const runs: number[] = [];
-  let at = 0;
-  let base = 0;
-  for (const p of all) {
-    for (let i = 0; i < p.ends.length; i++) ends[at + i] = base + (p.ends[i] ?? 0);
-    offsets.set(p.offsets, at);
-    for (let i = 0; i < p.runs.length; i += 3)
-      runs.push(p.runs[i] ?? 0, p.runs[i + 1] ?? 0, base + (p.runs[i + 2] ?? 0));
-    at += p.ends.length;
-    base += p.data.length;
-  }
-  return { data: Buffer.concat(all.map((p) => p.data)), ends, offsets, runs };
 }
 
 /** A flush's pieces are read no more: its block and route replies go back for reuse. Call once. */
@@ -267,6 +247,7 @@ export class HotBufferPool {
   add(destination: string, slot: number, records: BufferedRecords): void {
     const { ends, endsAt } = records;
     const n = records.count;
+    if (this.#addCold(destination, slot, records)) return;
     for (let from = 0; from < n;) {
       const b = this.#touch(destination);
       const base = from === 0 ? 0 : (ends[endsAt + from - 1] ?? 0);
@@ -286,6 +267,37 @@ export class HotBufferPool {
   }
 
   /**
+   * A cold buffer's records go straight to the spill, behind the ones spilled before, while the buffer stays short of
+   * flush_bytes and flush_records: taken back into memory, each tail destination of a skewed workload evicted another
+   * buffer, and went back to the spill a record or two later (about one spill write and a fifth of a read-back a
+   * record, the event loop's largest cost while receiving). False when the records are for the buffers in memory.
+   */
+  #addCold(destination: string, slot: number, records: BufferedRecords): boolean {
+    const b = this.#cold.get(destination);
+    const spill = this.#opts.spill;
+    if (b === undefined || spill === undefined || b.hold === undefined) return false;
+    const n = records.count;
+    const { ends, endsAt, offsets, offsetsAt } = records;
+    const bytes = ends[endsAt + n - 1] ?? 0;
+    if (b.spilledBytes + bytes >= this.#opts.flushBytes || b.spilledRecords + n >= this.#opts.flushRecords) {
+      return false;
+    }
+    if (!spill.room(bytes + n * 12)) return false;
+    const data = records.data.subarray(records.dataAt, records.dataAt + bytes);
+    const groupOffsets = offsets.subarray(offsetsAt, offsetsAt + n);
+    b.segments ??= [];
+    spill.write([data], bytes, ends.subarray(endsAt, endsAt + n), groupOffsets, [slot, n, bytes], b.segments);
+    let min = Infinity;
+    for (const o of groupOffsets) if (o < min) min = o;
+    b.hold.addRun(slot, min, n);
+    b.spilledBytes += bytes;
+    b.spilledRecords += n;
+    this.#records += n;
+    if (segmentCount(b.segments) >= MERGE_SEGMENTS) mergeTail(b.segments, spill);
+    return true;
+  }
+
+  /**
    * The destination's buffer, now the most recently used; one taken in past the count relieves the least recent: it
    * spills while far from a frame's worth and the spill has room, else it flushes. Flushed, 100,000 destinations each
    * evicted one buffer per record and put 47,000 flushes in flight within a turn.
@@ -299,13 +311,7 @@ export class HotBufferPool {
       }
       b = this.#cold.get(destination);
       if (b === undefined) b = new HotBuffer(destination);
-      else {
-        this.#cold.delete(destination);
-        const spill = this.#opts.spill;
-        if (spill !== undefined && b.segments !== undefined && segmentCount(b.segments) >= MERGE_SEGMENTS) {
-          this.#unspill(b, spill);
-        }
-      }
+      else this.#cold.delete(destination);
       this.#buffers.set(destination, b);
     } else if (this.#buffers.size > 1) {
       this.#buffers.delete(destination);
@@ -440,11 +446,27 @@ export class HotBufferPool {
     this.#flushDownTo(this.#bytes / 2);
   }
 
+  /**
+   * Relieves the largest buffers (spilled, or flushed) until they hold `target` together: by size class (powers of
+   * two), the larger classes whole and the class that reaches the target least recently used first. Sorting every
+   * buffer by size each time cost the event loop 7 of 64 s while a skewed workload's 32,000 buffers were received.
+   */
   #flushDownTo(target: number): void {
-    const bySize = [...this.#buffers.values()].sort((a, b) => b.length - a.length);
-    for (const b of bySize) {
+    const byClass = new Array<number>(32).fill(0);
+    for (const b of this.#buffers.values()) {
+      const c = sizeClass(b.length);
+      byClass[c] = (byClass[c] ?? 0) + b.length;
+    }
+    // The classes from `last` up go: every one above it whole, and `last` until the target is reached.
+    let last = 32;
+    for (let left = this.#bytes; last > 1 && left > target;) left -= byClass[--last] ?? 0;
+    const all = [...this.#buffers.values()];
+    for (const b of all) {
+      if (sizeClass(b.length) > last && !this.#trySpill(b)) this.#flush(b, "cap");
+    }
+    for (const b of all) {
       if (this.#bytes <= target) break;
-      if (b.length > 0 && !this.#trySpill(b)) this.#flush(b, "cap");
+      if (sizeClass(b.length) === last && !this.#trySpill(b)) this.#flush(b, "cap");
     }
   }
 
@@ -704,6 +726,27 @@ class AgeList {
     this.head = 0;
   }
 }
+
+/**
+ * Merges a cold buffer's newest segments into one, so it keeps a few numbers whatever it receives: at least half of
+ * MERGE_SEGMENTS, and each older one no more than twice what is merged after it. Sizes stay geometric, so a record is
+ * copied again a handful of times before its flush, where merging them all at every MERGE_SEGMENTS copied a buffer
+ * that took a record a turn up to flush_bytes over again each time.
+ */
+function mergeTail(segments: Segments, spill: Spill): void {
+  let from = segmentCount(segments);
+  let merged = 0;
+  while (from > 0) {
+    const older = segmentBytes(segments, from - 1);
+    if (segmentCount(segments) - from >= MERGE_SEGMENTS / 2 && older > 2 * merged) break;
+    merged += older;
+    from--;
+  }
+  spill.merge(segments, from);
+}
+
+/** The power of two a buffer's length is at or above: 0 for an empty one. */
+const sizeClass = (length: number): number => (length === 0 ? 0 : 32 - Math.clz32(length));
 
 /** A buffer that goes without a flush gives its blocks back. */
 function freeBlocks(b: HotBuffer): void {

@@ -63,6 +63,9 @@ export type Segments = number[];
 
 export const segmentCount = (list: Segments): number => list.length / FIELDS;
 
+/** The bytes of records segment i holds. */
+export const segmentBytes = (list: Segments, i: number): number => list[i * FIELDS + 2] ?? 0;
+
 /** Segment i of `list`: where it lies and what it holds. */
 function segmentAt(
   list: Segments,
@@ -358,6 +361,15 @@ export class Spill {
     return { data: Buffer.from(whole.subarray(0, s.bytes)), ends, offsets, runs: [...runs] };
   }
 
+  /** Rewrites segments `from` on of `list` as one segment, in their place at its end. */
+  merge(list: Segments, from: number): void {
+    const tail = list.splice(from * FIELDS);
+    const whole = stitch(this.readAll(tail), undefined);
+    // Written before the old ones are released: a chunk they lie in may then be refilled from its head.
+    this.write([whole.data], whole.data.length, whole.ends, whole.offsets, whole.runs, list);
+    this.release(tail);
+  }
+
   /** The segments are read no more: a chunk filling with no live segment left starts again from its head. */
   release(list: Segments): void {
     for (let i = 0; i < segmentCount(list); i++) {
@@ -412,4 +424,24 @@ export class Spill {
       // Never opened, or closed already.
     }
   }
+}
+
+/** Records in parts (and `last`), joined end to end, each part's ends and runs moved past the bytes before it. */
+export function stitch(parts: readonly SpilledRecords[], last: SpilledRecords | undefined): SpilledRecords {
+  const all = last === undefined ? parts : [...parts, last];
+  const records = all.reduce((n, p) => n + p.ends.length, 0);
+  const ends = new Uint32Array(records);
+  const offsets = new Float64Array(records);
+  const runs: number[] = [];
+  let at = 0;
+  let base = 0;
+  for (const p of all) {
+    for (let i = 0; i < p.ends.length; i++) ends[at + i] = base + (p.ends[i] ?? 0);
+    offsets.set(p.offsets, at);
+    for (let i = 0; i < p.runs.length; i += 3)
+      runs.push(p.runs[i] ?? 0, p.runs[i + 1] ?? 0, base + (p.runs[i + 2] ?? 0));
+    at += p.ends.length;
+    base += p.data.length;
+  }
+  return { data: Buffer.concat(all.map((p) => p.data)), ends, offsets, runs };
 }

@@ -349,14 +349,13 @@ test("a revoked partition's hand-over flushes its spilled records too, those in 
   p.add("e", a, rec(2, "e".repeat(30)));
   assert.equal(flushed.length, 0);
   assert.equal(p.stats().records, 3);
-  // In memory "d" now holds slot a alone, and "f" nothing: only their spilled records are slot b's.
+  // Cold, "d" takes slot a's record straight into the spill: a buffer holding both slots, all of it spilled.
   p.add("d", a, rec(3, "tail"));
-  // Those holding records in memory first ("d"), then those whose records are all spilled ("f").
   p.flushSlots(new Set([b]));
   assert.deepEqual(
     flushed.map((x) => [x.destination, x.trigger, x.records, segmentCount(x.spilled ?? [])]),
     [
-      ["d", "revoke", 2, 1],
+      ["d", "revoke", 2, 2],
       ["f", "revoke", 1, 1],
     ],
   );
@@ -486,10 +485,13 @@ test("past the count, the least recently used buffer spills and goes cold: no fr
   const stats = p.stats();
   assert.deepEqual([stats.buffers, stats.records], [buffers + 1, buffers + 1], "the cold one counts too");
   assert.equal(spill.bytes, 3 + 12 + 12, "d0's record, its end, offset and run");
+  const memory = p.stats().bytes;
   p.add("d0", 0, rec(1000, "again"));
+  assert.equal(spill.bytes, 3 + 12 + 12 + (6 + 12 + 12), "cold, d0 takes its next record straight into the spill");
+  assert.equal(p.stats().bytes, memory, "and evicts no other buffer");
   p.flushAll();
   const d0 = flushed.find((b) => b.destination === "d0") as FlushBatch;
-  assert.equal(segmentCount(d0.spilled ?? []), 1, "its first record was spilled");
+  assert.equal(segmentCount(d0.spilled ?? []), 2, "both records were spilled");
   assert.equal(d0.records, 2);
 });
 
@@ -559,7 +561,7 @@ test("past coldPast destinations, a buffer small at flush_age spills, and flushe
   assert.deepEqual(
     flushed.map((b) => [b.destination, b.trigger, b.records, segmentCount(b.spilled ?? [])]),
     [
-      ["tail", "age", 2, 1],
+      ["tail", "age", 2, 2],
       ["other", "age", 1, 1],
     ],
   );
@@ -569,25 +571,39 @@ test("past coldPast destinations, a buffer small at flush_age spills, and flushe
   assert.equal(spill.bytes, 0);
 });
 
-test("a cold buffer taken back with 8 segments reads them back, so its next spill writes them as one", (t) => {
+test("a cold buffer takes records straight into the spill, its newest segments merged; at flush_bytes it flushes whole", async (t) => {
   const spill = spillFor(t);
   const { p, flushed } = pool({ spill });
   const { buffers } = hotBufferBounds(1 << 20, 1000);
-  let other = 0;
-  // Each round "x" takes a record, then as many other destinations evict it into the spill.
-  for (let round = 0; round < 8; round++) {
-    p.add("x", 0, rec(round, `x${round}`));
-    for (let i = 0; i < buffers; i++) p.add(`o${other++}`, 1, rec(other, "o"));
-  }
+  p.add("x", 0, rec(0, "x0"));
+  // As many other destinations evict "x" into the spill: cold from here on.
+  for (let i = 0; i < buffers; i++) p.add(`o${i}`, 1, rec(i, "o"));
+  const memory = p.stats().bytes;
+  for (let i = 1; i < 40; i++) p.add("x", 0, rec(i, `x${i}`));
   assert.equal(flushed.length, 0);
-  const before = spill.bytes;
-  p.add("x", 0, rec(8, "x8"));
-  assert.ok(spill.bytes < before, "its 8 segments were read back and released");
-  p.flushAll();
+  assert.equal(p.stats().bytes, memory, "nothing taken back into memory, no buffer evicted");
+  // A record taking it to flush_bytes takes it back: it flushes at once, every record in order.
+  p.add("x", 0, rec(40, "y".repeat(1000)));
   const x = flushed.find((b) => b.destination === "x") as FlushBatch;
-  assert.equal(segmentCount(x.spilled ?? []), 0);
-  assert.deepEqual(lines(x), ["x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8"]);
-  assert.deepEqual([...x.offsets], [0, 1, 2, 3, 4, 5, 6, 7, 8]);
+  assert.equal(x.trigger, "bytes");
+  const count = segmentCount(x.spilled ?? []);
+  assert.ok(count >= 2 && count < 8, `40 records in ${count} segments, merged as they came`);
+  const want = [...Array.from({ length: 40 }, (_, i) => `x${i}`), "y".repeat(1000)];
+  assert.deepEqual(
+    Buffer.concat(await flushPieces(x, spill))
+      .toString()
+      .split("\n")
+      .slice(0, -1),
+    want,
+  );
+  const whole = wholeBatch(x, spill);
+  assert.deepEqual(
+    [...whole.offsets],
+    Array.from({ length: 41 }, (_, i) => i),
+  );
+  assert.deepEqual(x.hold.parts, [0, 0, 41]);
   for (const b of flushed) releaseFlush(b, spill);
+  p.flushAll();
+  for (const b of flushed.slice(1)) releaseFlush(b, spill);
   assert.equal(spill.bytes, 0);
 });
