@@ -23,8 +23,9 @@ export const HOT_BUFFER_FLUSHES = 128;
 /** One buffer at most for each this many bytes of the bound: past it the least recently used flushes first. */
 export const MIN_BUFFER_SHARE = 2048;
 /**
- * A cold buffer taking records straight into the spill merges its newest segments once it has this many (see
- * mergeTail): 100,000 destinations kept about 20 segments each by 2M records and ran the 256 MiB heap out.
+ * A cold buffer taken back with this many segments reads them back into memory, so its next spill writes them as one;
+ * one taking records straight into the spill merges its newest ones (see mergeTail). 100,000 destinations kept about
+ * 20 segments each by 2M records and ran the 256 MiB heap out.
  */
 const MERGE_SEGMENTS = 8;
 /** Room a buffer's ends and offsets first take, in records. */
@@ -267,12 +268,16 @@ export class HotBufferPool {
   }
 
   /**
-   * A cold buffer's records go straight to the spill, behind the ones spilled before, while the buffer stays short of
-   * flush_bytes and flush_records: taken back into memory, each tail destination of a skewed workload evicted another
-   * buffer, and went back to the spill a record or two later (about one spill write and a fifth of a read-back a
-   * record, the event loop's largest cost while receiving). False when the records are for the buffers in memory.
+   * While as many buffers are in memory as the count allows, a cold buffer's records go straight to the spill, behind
+   * the ones spilled before, as long as it stays short of flush_bytes and flush_records: taken back into memory, each
+   * tail destination of a skewed workload evicted another buffer, and went back to the spill a record or two later
+   * (about one spill write and a fifth of a read-back a record, the event loop's largest cost while receiving). Below
+   * the count it is taken back, so it gathers records in memory and its next spill is one segment of many: straight
+   * into the spill, 10,000 destinations under the byte bound spilled a segment a record, and merging them was 37% of
+   * the event loop. False when the records are for the buffers in memory.
    */
   #addCold(destination: string, slot: number, records: BufferedRecords): boolean {
+    if (this.#buffers.size < this.#maxBuffers) return false;
     const b = this.#cold.get(destination);
     const spill = this.#opts.spill;
     if (b === undefined || spill === undefined || b.hold === undefined) return false;
@@ -311,7 +316,13 @@ export class HotBufferPool {
       }
       b = this.#cold.get(destination);
       if (b === undefined) b = new HotBuffer(destination);
-      else this.#cold.delete(destination);
+      else {
+        this.#cold.delete(destination);
+        const spill = this.#opts.spill;
+        if (spill !== undefined && b.segments !== undefined && segmentCount(b.segments) >= MERGE_SEGMENTS) {
+          this.#unspill(b, spill);
+        }
+      }
       this.#buffers.set(destination, b);
     } else if (this.#buffers.size > 1) {
       this.#buffers.delete(destination);

@@ -349,13 +349,14 @@ test("a revoked partition's hand-over flushes its spilled records too, those in 
   p.add("e", a, rec(2, "e".repeat(30)));
   assert.equal(flushed.length, 0);
   assert.equal(p.stats().records, 3);
-  // Cold, "d" takes slot a's record straight into the spill: a buffer holding both slots, all of it spilled.
+  // In memory "d" now holds slot a alone, and "f" nothing: only their spilled records are slot b's.
   p.add("d", a, rec(3, "tail"));
+  // Those holding records in memory first ("d"), then those whose records are all spilled ("f").
   p.flushSlots(new Set([b]));
   assert.deepEqual(
     flushed.map((x) => [x.destination, x.trigger, x.records, segmentCount(x.spilled ?? [])]),
     [
-      ["d", "revoke", 2, 2],
+      ["d", "revoke", 2, 1],
       ["f", "revoke", 1, 1],
     ],
   );
@@ -561,7 +562,7 @@ test("past coldPast destinations, a buffer small at flush_age spills, and flushe
   assert.deepEqual(
     flushed.map((b) => [b.destination, b.trigger, b.records, segmentCount(b.spilled ?? [])]),
     [
-      ["tail", "age", 2, 2],
+      ["tail", "age", 2, 1],
       ["other", "age", 1, 1],
     ],
   );
@@ -571,7 +572,33 @@ test("past coldPast destinations, a buffer small at flush_age spills, and flushe
   assert.equal(spill.bytes, 0);
 });
 
-test("a cold buffer takes records straight into the spill, its newest segments merged; at flush_bytes it flushes whole", async (t) => {
+test("a cold buffer taken back with 8 segments reads them back, so its next spill writes them as one", async (t) => {
+  // A 100-byte bound: each round "x" (61 bytes a record) is taken back, then relieved for another destination's 46.
+  const { spill, p, flushed } = spillingPool(t);
+  for (let round = 0; round < 8; round++) {
+    p.add("x", 0, rec(round, `x${round}`.padEnd(60, ".")));
+    p.add(`o${round}`, 1, rec(round, "o".repeat(45)));
+  }
+  assert.equal(flushed.length, 0);
+  p.add("x", 0, rec(8, "x8"));
+  p.flushAll();
+  const x = flushed.find((b) => b.destination === "x") as FlushBatch;
+  // Read back whole and, over the bound again, spilled as one segment.
+  assert.equal(segmentCount(x.spilled ?? []), 1, "its 8 segments were read back and spilled again as one");
+  assert.deepEqual(
+    Buffer.concat(await flushPieces(x, spill))
+      .toString()
+      .split("\n")
+      .slice(0, -1)
+      .map((l) => l.replace(/\.+$/, "")),
+    ["x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8"],
+  );
+  assert.deepEqual([...wholeBatch(x, spill).offsets], [0, 1, 2, 3, 4, 5, 6, 7, 8]);
+  for (const b of flushed) releaseFlush(b, spill);
+  assert.equal(spill.bytes, 0);
+});
+
+test("with the count full, a cold buffer takes records straight into the spill, newest segments merged; at flush_bytes it flushes whole", async (t) => {
   const spill = spillFor(t);
   const { p, flushed } = pool({ spill });
   const { buffers } = hotBufferBounds(1 << 20, 1000);
