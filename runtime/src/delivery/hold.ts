@@ -2,17 +2,13 @@
 // Per partition slot it keeps only the lowest offset and the count, because the commit floor of a partition is the
 // lowest offset any unreleased hold carries: every offset below it belongs to a hold already released.
 
-import type { Floors } from "./floors.ts";
-
 /**
  * What the open holds share with their tracker: their records and bytes together, kept as they change (summing ten
- * thousand holds at each latch reading cost the event loop more than a second of a 10,000-destination run), and the
- * floors each lowest offset set goes to.
+ * thousand holds at each latch reading cost the event loop more than a second of a 10,000-destination run).
  */
 export interface HeldTally {
   records: number;
   bytes: number;
-  readonly floors: Floors | undefined;
 }
 
 /** What a hold costs beside its parts, and each part (see Hold.bytes). */
@@ -50,30 +46,13 @@ export class Hold {
       if (i < 0) {
         i = p.length;
         p.push(slot, min, 0);
-        this.#noteNew(slot, min);
+        if (this.tally !== undefined) this.tally.bytes += PART_BYTES;
       }
       this.#last = i;
     }
     p[i + 2] = (p[i + 2] ?? 0) + count;
-    if (min < (p[i + 1] ?? min)) {
-      p[i + 1] = min;
-      this.tally?.floors?.note(this, slot, min);
-    }
+    if (min < (p[i + 1] ?? min)) p[i + 1] = min;
     if (this.tally !== undefined) this.tally.records += count;
-  }
-
-  /** A part for a slot new to the hold. */
-  #noteNew(slot: number, min: number): void {
-    const t = this.tally;
-    if (t === undefined) return;
-    t.bytes += PART_BYTES;
-    t.floors?.note(this, slot, min);
-  }
-
-  /** The lowest offset it holds of `slot`, or undefined when it holds none. */
-  lowest(slot: number): number | undefined {
-    const i = this.#find(slot);
-    return i < 0 || (this.parts[i + 2] ?? 0) === 0 ? undefined : this.parts[i + 1];
   }
 
   /** Takes over another hold's records (the same file holds both). */
@@ -86,13 +65,10 @@ export class Hold {
       const j = this.#find(slot);
       if (j < 0) {
         this.parts.push(slot, min, count);
-        this.#noteNew(slot, min);
+        if (this.tally !== undefined) this.tally.bytes += PART_BYTES;
       } else {
         this.parts[j + 2] = (this.parts[j + 2] ?? 0) + count;
-        if (min < (this.parts[j + 1] ?? min)) {
-          this.parts[j + 1] = min;
-          this.tally?.floors?.note(this, slot, min);
-        }
+        if (min < (this.parts[j + 1] ?? min)) this.parts[j + 1] = min;
       }
     }
   }

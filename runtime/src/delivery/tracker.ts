@@ -1,7 +1,6 @@
 // Offsets held until the file holding their records is durable, then released. Each partition commits only below
 // the lowest offset an unreleased hold carries. An Errored hold is never released: nothing reads its records again
 // short of a restart, so the pipeline drains and exits non-zero (withheld) and the restart reads from the floor.
-import { Floors } from "./floors.ts";
 import { Hold, HOLD_BYTES, type HeldTally } from "./hold.ts";
 
 export type ReleaseOutcome = "done" | "rejected" | "dropped" | "errored";
@@ -35,17 +34,11 @@ export class OffsetTracker {
   readonly #index = new Map<string, number>();
   readonly #open = new Set<Hold>();
   readonly #errored = new Set<Hold>();
-  readonly #held: HeldTally;
+  readonly #held: HeldTally = { records: 0, bytes: 0 };
+  readonly #holdsCommit: boolean;
 
   constructor(opts: TrackerOptions) {
-    // Without confirmation the floor is what was received: no hold's offsets count.
-    const floors = opts.holdsCommit
-      ? new Floors(
-          (h) => this.#open.has(h) || this.#errored.has(h),
-          () => [...this.#open, ...this.#errored],
-        )
-      : undefined;
-    this.#held = { records: 0, bytes: 0, floors };
+    this.#holdsCommit = opts.holdsCommit;
   }
 
   /** A small integer naming a partition, stable for the tracker's life; holds and buffers carry it per record. */
@@ -164,8 +157,20 @@ export class OffsetTracker {
 
   /** Per slot, the lowest offset an unreleased hold carries, else the next offset to receive. */
   #floors(): number[] {
-    const floors = this.#held.floors;
-    return this.#parts.map((p, s) => Math.min(p.next, floors?.lowest(s) ?? Infinity));
+    const floors = this.#parts.map((p) => p.next);
+    if (this.#holdsCommit) {
+      for (const set of [this.#open, this.#errored]) {
+        for (const h of set) {
+          const p = h.parts;
+          for (let i = 0; i < p.length; i += 3) {
+            const s = p[i] ?? 0;
+            const m = p[i + 1] ?? 0;
+            if ((p[i + 2] ?? 0) > 0 && m < (floors[s] ?? 0)) floors[s] = m;
+          }
+        }
+      }
+    }
+    return floors;
   }
 
   /** Records the broker confirmed a commit of. */

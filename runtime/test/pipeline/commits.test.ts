@@ -8,7 +8,7 @@ import { createMetrics } from "../../src/observe/metrics.ts";
 import { Commits, COMMIT_SPACING_MS } from "../../src/pipeline/commits.ts";
 
 /** A tracker whose floor moves at each `move`, a transport that takes `commitMs` and fails while `failing`. */
-function harness(commitMs = 0) {
+function harness(commitMs = 0, floorsMs = 0) {
   let floor = 0;
   let committed = 0;
   const starts: number[] = [];
@@ -19,7 +19,11 @@ function harness(commitMs = 0) {
   const offsets = (): CommitOffset[] => [{ topic: "t", partition: 0, offset: String(floor) }];
   const commits = new Commits({
     tracker: {
-      commitable: () => (floor > committed ? offsets() : []),
+      commitable: () => {
+        // Reading the floors visits every open hold: as long as the caller says.
+        for (const until = performance.now() + floorsMs; performance.now() < until;);
+        return floor > committed ? offsets() : [];
+      },
       committed: (o) => (committed = Number(o[0]?.offset)),
     },
     transport: {
@@ -52,6 +56,20 @@ test("a burst of releases commits at once, then once more a spacing later for al
   const gap = (h.starts[1] ?? 0) - (h.starts[0] ?? 0);
   assert.ok(gap >= COMMIT_SPACING_MS - 5, `the second commit started ${gap} ms after the first`);
   assert.equal(h.committed(), 51);
+});
+
+test("commits are spaced by 20 times what reading the floors took, when that is longer", async () => {
+  const h = harness(0, 15);
+  h.move();
+  h.commits.schedule();
+  h.move();
+  h.commits.schedule();
+  await sleep(COMMIT_SPACING_MS * 2);
+  assert.deepEqual(h.sent, ["1"], "not yet: 15 ms of floors spaces the next commit 300 ms");
+  await sleep(COMMIT_SPACING_MS * 2);
+  assert.deepEqual(h.sent, ["1", "2"]);
+  const gap = (h.starts[1] ?? 0) - (h.starts[0] ?? 0);
+  assert.ok(gap >= 20 * 15 - 5, `the second commit started ${gap} ms after the first`);
 });
 
 test("releases while a commit runs are committed once after it, never alongside it", async () => {
