@@ -5,13 +5,16 @@
 // limit is there too, so the limit's own cost is seen apart from the destinations'. Per row: the rate and its ratio
 // to the reference, peak RSS, held-offset bytes per record, flushes, files written with their median and p10 size,
 // and the compression ratio against the 1,000-destination row. A sample of each row's files is read whole by the zstd
-// CLI, so the files stay standard.
+// CLI, so the files stay standard. Beside each row, the files alone: bench/files-floor.ts makes the row's archive
+// tree again with no records behind it (each file written, synced and named, each directory synced), the part of the
+// row's time this disk takes whatever the runtime does.
 // Usage: node bench/destinations.bench.ts [records] [rows] [rounds]   (default 2,000,000 records of about 700 bytes;
 // rows: a comma list of ref,1k,10k,zipf,100k, default all, the reference always in; rounds: default 3)
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, relative } from "node:path";
+import { nodeBin } from "../e2e/support/archiver.ts";
 import {
   createTopic,
   deleteTopics,
@@ -87,6 +90,20 @@ function checkStandard(files: readonly { path: string }[], sample: number): numb
   return lines;
 }
 
+/** Seconds bench/files-floor.ts takes to make `files` (under `dir`) again, with the runtime's libuv pool size. */
+function filesAlone(dir: string, files: readonly { path: string; size: number }[]): number {
+  const list = join(work, "files.txt");
+  writeFileSync(list, files.map((f) => `${f.size} ${relative(dir, f.path)}\n`).join(""));
+  const root = mkdtempSync(join(work, "floor-"));
+  const out = execFileSync(nodeBin, [join(import.meta.dirname, "files-floor.ts"), list, root], {
+    env: { ...process.env, UV_THREADPOOL_SIZE: "16" },
+    encoding: "utf8",
+  });
+  rmSync(root, { recursive: true, force: true });
+  rmSync(list);
+  return (JSON.parse(out) as { seconds: number }).seconds;
+}
+
 async function main(): Promise<void> {
   console.log(`workload: ${N} records of about 700 bytes, zstd -3, local files, expression routing`);
   const all: Row[] = [
@@ -137,18 +154,19 @@ async function main(): Promise<void> {
     // The files of the round whose time was the median.
     const mid = [...row.runs].sort((a, b) => a.seconds - b.seconds)[Math.floor(row.runs.length / 2)] as RunResult;
     const files = archiveFiles(join(mid.dir, "archive"));
+    const alone = filesAlone(join(mid.dir, "archive"), files);
     const sizes = files.map((f) => f.size).sort((a, b) => a - b);
     const compressed = sizes.reduce((a, b) => a + b, 0);
     const raw = topics.get(row.workload)?.bytes ?? 0;
     const lines = checkStandard(files, 20);
-    return { row, mid, files: files.length, sizes, compressed, raw, lines };
+    return { row, mid, files: files.length, sizes, compressed, raw, lines, alone };
   });
   // The reference is 1,000 destinations too.
   const baseRatio = (stats[0]?.raw ?? 0) / (stats[0]?.compressed ?? 1);
   console.log(
-    "\n| what | seconds | k records/s | rate / reference | goal | peak RSS MiB | held B/record | flushes | files | median file KB | p10 file KB | compression | vs 1,000 |",
+    "\n| what | seconds | k records/s | rate / reference | goal | peak RSS MiB | held B/record | flushes | files | files alone s | median file KB | p10 file KB | compression | vs 1,000 |",
   );
-  console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+  console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
   for (const s of stats) {
     const seconds = median(s.row.runs.map((r) => r.seconds));
     // The median over rounds of each round's ratio to that round's reference.
@@ -159,7 +177,7 @@ async function main(): Promise<void> {
     const goal =
       s.row.goal === undefined ? "" : `>= ${s.row.goal.toFixed(2)} ${ratio >= s.row.goal ? "met" : "NOT met"}`;
     console.log(
-      `| ${s.row.what}${s.row.limited ? ", 512 MiB limit" : ""} | ${seconds.toFixed(2)} | ${(N / seconds / 1e3).toFixed(0)} | ${ratio.toFixed(2)} | ${goal} | ${(peak / 1048576).toFixed(0)}${s.row.limited && peak >= LIMIT ? " OVER" : ""} | ${held.toFixed(3)} | ${s.mid.flushes} | ${s.files} | ${(quantile(s.sizes, 0.5) / 1024).toFixed(1)} | ${(quantile(s.sizes, 0.1) / 1024).toFixed(1)} | ${ratioC.toFixed(2)} | ${(ratioC / baseRatio).toFixed(2)} |`,
+      `| ${s.row.what}${s.row.limited ? ", 512 MiB limit" : ""} | ${seconds.toFixed(2)} | ${(N / seconds / 1e3).toFixed(0)} | ${ratio.toFixed(2)} | ${goal} | ${(peak / 1048576).toFixed(0)}${s.row.limited && peak >= LIMIT ? " OVER" : ""} | ${held.toFixed(3)} | ${s.mid.flushes} | ${s.files} | ${s.alone.toFixed(1)} (${((100 * s.alone) / seconds).toFixed(0)}%) | ${(quantile(s.sizes, 0.5) / 1024).toFixed(1)} | ${(quantile(s.sizes, 0.1) / 1024).toFixed(1)} | ${ratioC.toFixed(2)} | ${(ratioC / baseRatio).toFixed(2)} |`,
     );
   }
   console.log(
