@@ -410,6 +410,43 @@ test("segments gather in a chunk in memory; a full chunk goes to file in one wri
   await spill.close();
 });
 
+test("a merge copies segments from file and from memory into one, their ends and runs moved past the bytes before", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "dfe-spill-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  // Chunks of 128 bytes: the first segments go to file, the last stay in the chunk filling.
+  const spill = new Spill(dir, 1 << 20, 1 << 20, 128);
+  const segments: Segments = [];
+  const parts = [
+    { values: ["a1", "a22"], first: 10, runs: [0, 2, 7] },
+    { values: ["b333"], first: 20, runs: [1, 1, 5] },
+    { values: ["c1", "c2", "c3"], first: 30, runs: [0, 1, 3, 2, 2, 9] },
+    { values: ["d4444"], first: 40, runs: [1, 1, 6] },
+  ];
+  for (const { values, first, runs } of parts) {
+    const data = Buffer.from(values.map((v) => v + "\n").join(""));
+    let end = 0;
+    const ends = new Uint32Array(values.map((v) => (end += v.length + 1)));
+    const offsets = new Float64Array(values.map((_, i) => first + i));
+    spill.write([data], data.length, ends, offsets, runs, segments);
+  }
+  await spill.landed();
+  assert.ok(spill.memory < spill.bytes, "some segments are on file");
+  const before = spill.bytes;
+  spill.merge(segments, 1);
+  assert.equal(segmentCount(segments), 2, "the first segment kept, the three after it merged");
+  assert.equal(spill.bytes, before, "the same records, once");
+  await spill.landed();
+  const [first, merged] = spill.readAll(segments);
+  assert.equal(first?.data.toString(), "a1\na22\n");
+  assert.deepEqual(
+    [merged?.data.toString(), [...(merged?.ends ?? [])], [...(merged?.offsets ?? [])], merged?.runs],
+    ["b333\nc1\nc2\nc3\nd4444\n", [5, 8, 11, 14, 20], [20, 30, 31, 32, 40], [1, 1, 5, 0, 1, 8, 2, 2, 14, 1, 1, 20]],
+  );
+  spill.release(segments);
+  assert.equal(spill.bytes, 0);
+  await spill.close();
+});
+
 test("reads wait within the read cap, and the budget bounds what is spilled", async (t) => {
   const spill = spillFor(t, 100, 100);
   await spill.take(80);
@@ -572,7 +609,7 @@ test("past coldPast destinations, a buffer small at flush_age spills, and flushe
   assert.equal(spill.bytes, 0);
 });
 
-test("a cold buffer taken back with 8 segments reads them back, so its next spill writes them as one", async (t) => {
+test("a cold buffer taken back with 8 segments merges them in the spill, so it holds a few numbers", async (t) => {
   // A 100-byte bound: each round "x" (61 bytes a record) is taken back, then relieved for another destination's 46.
   const { spill, p, flushed } = spillingPool(t);
   for (let round = 0; round < 8; round++) {
@@ -583,8 +620,8 @@ test("a cold buffer taken back with 8 segments reads them back, so its next spil
   p.add("x", 0, rec(8, "x8"));
   p.flushAll();
   const x = flushed.find((b) => b.destination === "x") as FlushBatch;
-  // Read back whole and, over the bound again, spilled as one segment.
-  assert.equal(segmentCount(x.spilled ?? []), 1, "its 8 segments were read back and spilled again as one");
+  // Eight of a size merge as one in the spill; x8 stays in memory behind them.
+  assert.equal(segmentCount(x.spilled ?? []), 1, "its 8 segments merged as one");
   assert.deepEqual(
     Buffer.concat(await flushPieces(x, spill))
       .toString()
