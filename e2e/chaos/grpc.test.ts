@@ -140,8 +140,15 @@ test(`chaos on grpc: ${REPLICAS} listener replicas killed and stopped, every ans
     const wait = windowStart + f.at - Date.now();
     if (wait > 0) await sleep(wait);
     if (f.kind !== "sigkill" && f.kind !== "sigterm") continue;
-    // The scheduled replica, or the next one up: one still coming back from an earlier fault is left to it.
-    const r = [...replicas.slice(f.replica % REPLICAS), ...replicas].find((c) => c.current !== undefined);
+    // The scheduled replica, or the next one up: one still coming back from an earlier fault is left to it. With none
+    // up, the first back takes it: skipped instead, seed 1873380519's two SIGTERMs both fell while both replicas were
+    // restarting from SIGKILLs, and the run stopped nothing.
+    const up = () => [...replicas.slice(f.replica % REPLICAS), ...replicas].find((c) => c.current !== undefined);
+    let r = up();
+    while (r === undefined && Date.now() < windowStart + WINDOW_MS) {
+      await sleep(100);
+      r = up();
+    }
     if (r === undefined) continue;
     background.push(
       (async () => {
