@@ -16,7 +16,7 @@
 import type { Hold } from "../delivery/hold.ts";
 import { codecLanes, copyInto } from "../codec/lanes.ts";
 import { BlockPool } from "./blocks.ts";
-import { segmentBytes, segmentCount, stitch, type Segments, type Spill, type SpilledRecords } from "./spill.ts";
+import { segmentBytes, segmentCount, type Segments, type Spill, type SpilledRecords } from "./spill.ts";
 
 /** The hot buffers together hold at most this many times flush_bytes (and never more than the shared cap). */
 export const HOT_BUFFER_FLUSHES = 128;
@@ -127,6 +127,26 @@ export function wholeBatch(b: FlushBatch, spill: Spill | undefined): SpilledReco
   const own = { data: joined(b), ends: b.ends, offsets: b.offsets, runs: b.runs };
   if (b.spilled === undefined || segmentCount(b.spilled) === 0 || spill === undefined) return own;
   return stitch(spill.readAll(b.spilled), own);
+}
+
+/** Records in parts, joined end to end, each part's ends and runs moved past the bytes before it. */
+function stitch(parts: readonly SpilledRecords[], last: SpilledRecords): SpilledRecords {
+  const all = [...parts, last];
+  const records = all.reduce((n, p) => n + p.ends.length, 0);
+  const ends = new Uint32Array(records);
+  const offsets = new Float64Array(records);
+  const runs: number[] = [];
+  let at = 0;
+  let base = 0;
+  for (const p of all) {
+    for (let i = 0; i < p.ends.length; i++) ends[at + i] = base + (p.ends[i] ?? 0);
+    offsets.set(p.offsets, at);
+    for (let i = 0; i < p.runs.length; i += 3)
+      runs.push(p.runs[i] ?? 0, p.runs[i + 1] ?? 0, base + (p.runs[i + 2] ?? 0));
+    at += p.ends.length;
+    base += p.data.length;
+  }
+  return { data: Buffer.concat(all.map((p) => p.data)), ends, offsets, runs };
 }
 
 /** A flush's pieces are read no more: its block and route replies go back for reuse. Call once. */

@@ -353,15 +353,8 @@ export class Spill {
     let whole: Buffer;
     if (chunk.block !== undefined) whole = chunk.block.subarray(s.at, s.at + length);
     else {
-      const file = chunk.file as SpillFile;
-      const opened = file.opened;
-      if (opened === undefined) throw new Error(`spill ${file.path} read before it was opened`);
       whole = Buffer.allocUnsafe(length);
-      for (let done = 0; done < length;) {
-        const n = readSync(opened.fd, whole, done, length - done, chunk.at + s.at + done);
-        if (n === 0) throw new Error(`spill ${file.path} ended at ${chunk.at + s.at + done}`);
-        done += n;
-      }
+      this.#copyOut(s, 0, length, whole, 0);
     }
     // Copied out, so the index is aligned for its typed arrays and outlives the chunk.
     const ends = new Uint32Array(s.records);
@@ -388,9 +381,10 @@ export class Spill {
     let records = 0;
     let runs = 0;
     for (let i = 0; i < n; i++) {
-      bytes += tail[i * FIELDS + 2] ?? 0;
-      records += tail[i * FIELDS + 3] ?? 0;
-      runs += tail[i * FIELDS + 4] ?? 0;
+      const s = segmentAt(tail, i);
+      bytes += s.bytes;
+      records += s.records;
+      runs += s.runs;
     }
     // Written before the old ones are released: a chunk they lie in may then be refilled from its head.
     const { chunk, block, at } = this.#reserve(bytes, records, runs, list);
@@ -486,24 +480,4 @@ export class Spill {
       // Never opened, or closed already.
     }
   }
-}
-
-/** Records in parts (and `last`), joined end to end, each part's ends and runs moved past the bytes before it. */
-export function stitch(parts: readonly SpilledRecords[], last: SpilledRecords | undefined): SpilledRecords {
-  const all = last === undefined ? parts : [...parts, last];
-  const records = all.reduce((n, p) => n + p.ends.length, 0);
-  const ends = new Uint32Array(records);
-  const offsets = new Float64Array(records);
-  const runs: number[] = [];
-  let at = 0;
-  let base = 0;
-  for (const p of all) {
-    for (let i = 0; i < p.ends.length; i++) ends[at + i] = base + (p.ends[i] ?? 0);
-    offsets.set(p.offsets, at);
-    for (let i = 0; i < p.runs.length; i += 3)
-      runs.push(p.runs[i] ?? 0, p.runs[i + 1] ?? 0, base + (p.runs[i + 2] ?? 0));
-    at += p.ends.length;
-    base += p.data.length;
-  }
-  return { data: Buffer.concat(all.map((p) => p.data)), ends, offsets, runs };
 }
