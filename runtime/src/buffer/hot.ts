@@ -222,6 +222,11 @@ class HotBuffer {
   segments: Segments | undefined;
   spilledBytes = 0;
   spilledRecords = 0;
+  /**
+   * What it held in memory when it last spilled: taken back, its block starts at half that, so it grows once before
+   * its next spill rather than four times from MIN_BLOCK, each growth a pooled block and a copy.
+   */
+  reached = 0;
 
   constructor(destination: string) {
     this.destination = destination;
@@ -411,9 +416,8 @@ export class HotBufferPool {
   /** Copies what `b` holds as pieces into its block, behind what the block holds, and releases the pieces. */
   #settleOne(b: HotBuffer): void {
     if (b.pieces.length === 0) return;
-    if (b.data === undefined || b.length > b.data.length) {
-      b.data = grow(b.data, b.blockLength, b.length);
-    }
+    if (b.data === undefined) b.data = grow(undefined, 0, Math.max(b.length, b.reached >> 1));
+    else if (b.length > b.data.length) b.data = grow(b.data, b.blockLength, b.length);
     let at = b.blockLength;
     for (const piece of b.pieces) {
       copyInto(b.data, at, piece);
@@ -526,6 +530,7 @@ export class HotBufferPool {
       b.spilledBytes += b.length;
       b.spilledRecords += b.records;
       this.#bytes -= b.length;
+      b.reached = b.length;
     }
     // Copied into the spill: the memory goes back now.
     for (const piece of b.pieces) codecLanes().releaseReply(piece.buffer as SharedArrayBuffer);
