@@ -76,6 +76,17 @@ test("a batch is buffered by destination, received up to its last offset, its la
   assert.equal(h.intake.lag(), 0);
 });
 
+test("a turn buffers destination by destination, as they first came, each one's groups as they arrived", async () => {
+  const h = harness();
+  await Promise.all([h.intake.onBatch(batch(0, 0, ["a", "b", "a"])), h.intake.onBatch(batch(1, 5, ["c", "b", "a"]))]);
+  await h.intake.idle();
+  const [p0, p1] = [h.tracker.slot("t", 0), h.tracker.slot("t", 1)];
+  assert.deepEqual(
+    h.added.map((a) => `${a.key} ${a.slot} ${a.offsets.join(",")}`),
+    [`t/a ${p0} 0,2`, `t/a ${p1} 7`, `t/b ${p0} 1`, `t/b ${p1} 6`, `t/c ${p1} 5`],
+  );
+});
+
 test("past the flushes' bound a batch is buffered, and onBatch holds the transport until there is room", async () => {
   const h = harness();
   h.state.saturated = true;
