@@ -16,6 +16,7 @@ import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { nodeBin } from "../e2e/support/archiver.ts";
 import {
+  cpuByThread,
   createTopic,
   deleteTopics,
   median,
@@ -178,6 +179,15 @@ async function main(): Promise<void> {
       s.row.goal === undefined ? "" : `>= ${s.row.goal.toFixed(2)} ${ratio >= s.row.goal ? "met" : "NOT met"}`;
     console.log(
       `| ${s.row.what}${s.row.limited ? ", 512 MiB limit" : ""} | ${seconds.toFixed(2)} | ${(N / seconds / 1e3).toFixed(0)} | ${ratio.toFixed(2)} | ${goal} | ${(peak / 1048576).toFixed(0)}${s.row.limited && peak >= LIMIT ? " OVER" : ""} | ${held.toFixed(3)} | ${s.mid.flushes} | ${s.files} | ${s.alone.toFixed(1)} (${((100 * s.alone) / seconds).toFixed(0)}%) | ${(quantile(s.sizes, 0.5) / 1024).toFixed(1)} | ${(quantile(s.sizes, 0.1) / 1024).toFixed(1)} | ${ratioC.toFixed(2)} | ${(ratioC / baseRatio).toFixed(2)} |`,
+    );
+  }
+  // On a machine of two cores every thread's CPU costs the rate: the row's CPU beside the reference's is what a
+  // change must cut, wherever its wall time falls on a busy machine.
+  const refCpu = stats[0]?.mid.cpu ?? 0;
+  console.log("\nCPU s by thread, each row's median round:");
+  for (const s of stats) {
+    console.log(
+      `- ${s.row.what}: ${s.mid.cpu.toFixed(2)} (${(s.mid.cpu / refCpu).toFixed(2)}x the reference's): ${cpuByThread(s.mid)}`,
     );
   }
   console.log(

@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { need } from "../e2e/support/testbed.ts";
 import {
+  cpuByThread,
   createTopic,
   deleteTopics,
   MB,
@@ -87,10 +88,7 @@ async function main(): Promise<void> {
     ["platformatic", run],
     ["kafkajs", runK],
   ] as const) {
-    const parts = Object.entries(r.threads)
-      .sort((a, b) => b[1] - a[1])
-      .map(([kind, cpu]) => `${kind} ${cpu.toFixed(2)}`);
-    console.log(`CPU s by thread, ${what} run (of ${r.cpu.toFixed(2)}): ${parts.join(", ")}`);
+    console.log(`CPU s by thread, ${what} run (of ${r.cpu.toFixed(2)}): ${cpuByThread(r)}`);
   }
   const slower = ratioOf((r) => Math.max(r.kcat, r.zstd));
   console.log(
