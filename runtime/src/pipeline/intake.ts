@@ -2,13 +2,22 @@
 // with the other batches routed at the same time (one fetch's partitions), destination by destination, with
 // back-pressure between turns. What is buffered is received: the tracker learns each partition's last offset.
 import type { Logger } from "pino";
-import type { HotBufferPool } from "../buffer/hot.ts";
+import type { BufferedRecords, HotBufferPool } from "../buffer/hot.ts";
 import { codecLanes } from "../codec/lanes.ts";
 import type { ResolvedConfig } from "../config/resolve.ts";
 import type { OffsetTracker } from "../delivery/tracker.ts";
 import type { Metrics } from "../observe/metrics.ts";
 import type { EncodedFormat, InboundBatch } from "../records.ts";
-import { routeBatch, type RouteSpec, type Routed, type RoutedChunk, type RoutedGroup } from "../route/block.ts";
+import {
+  GroupReader,
+  keyAt,
+  nextGroup,
+  routeBatch,
+  type ReplyViews,
+  type RouteSpec,
+  type Routed,
+  type RoutedChunk,
+} from "../route/block.ts";
 import { createRouter, TOO_DEEP } from "../route/router.ts";
 
 /** Routed chunks held for the end of a turn past this many batches' records are buffered even while others route. */
@@ -52,7 +61,7 @@ export interface IntakeDeps {
   /** Whether batches are refused (a replayable source's, once draining): they are left for the restart. */
   refusing(): boolean;
   /** Records nested past the parse limit: dead-lettered or dropped (Release.tooDeep). */
-  tooDeep(batch: InboundBatch, slot: number, g: RoutedGroup): void;
+  tooDeep(batch: InboundBatch, slot: number, g: BufferedRecords): void;
   /** A turn was buffered: the latch reads what is held now. */
   checkLatch(): void;
   scheduleCommit(): void;
@@ -94,6 +103,19 @@ export class Intake {
   /** Routing outcomes the lanes reported, until reportRouting counts them. */
   #routingErrors = 0;
   readonly #fallbacks: number[] = [];
+  /**
+   * The turn being buffered, destination by destination (see #order): each group's key, batch, reply and head, by
+   * place. Kept across turns with the scratch #order sorts them in, so a turn makes no object a group.
+   */
+  readonly #turnKeys: (string | typeof TOO_DEEP | undefined)[] = [];
+  readonly #turnBatches: (PendingChunks | undefined)[] = [];
+  readonly #turnReplies: (ReplyViews | undefined)[] = [];
+  #turnAt = new Int32Array(1024);
+  /** #order's scratch: each group's key and its destination's index as they arrive; each destination's next place. */
+  readonly #arrivedKeys: (string | typeof TOO_DEEP | undefined)[] = [];
+  #arrivedDestinations = new Int32Array(1024);
+  #places = new Int32Array(1024);
+  readonly #reader = new GroupReader();
 
   constructor(deps: IntakeDeps) {
     this.#d = deps;
@@ -287,23 +309,17 @@ export class Intake {
     const { tracker, buffers } = this.#d;
     this.#pendingRecords = 0;
     const live: PendingChunks[] = [];
-    const byKey = new Map<string | typeof TOO_DEEP, { p: PendingChunks; g: RoutedGroup }[]>();
     for (const p of this.#pendingChunks.splice(0)) {
-      if (this.#d.refusing() || tracker.assignment(p.slot) !== p.assignment) {
-        p.done(false);
-        continue;
-      }
-      live.push(p);
-      for (const chunk of p.chunks) {
-        for (const g of chunk.groups) {
-          const list = byKey.get(g.key);
-          if (list === undefined) byKey.set(g.key, [{ p, g }]);
-          else list.push({ p, g });
-        }
-      }
+      if (this.#d.refusing() || tracker.assignment(p.slot) !== p.assignment) p.done(false);
+      else live.push(p);
     }
     // Destination by destination, so a buffer the LRU evicts carries all of the turn's records for it.
-    const turn = [...byKey.values()].flat();
+    const turnLength = this.#order(live);
+    const keys = this.#turnKeys;
+    const batches = this.#turnBatches;
+    const replies = this.#turnReplies;
+    const heads = this.#turnAt;
+    const reader = this.#reader;
     this.#buffering = true;
     // A batch's records a slice. A slice's flushes reach the lanes once its microtasks have run, and the transport's
     // replies are read between slices: buffered in one go, a turn of 80k records kept the event loop busy for 40-80
@@ -311,19 +327,25 @@ export class Intake {
     const sliceRecords = this.#d.batchSize;
     let next = 0;
     const slice = (): void => {
-      for (let records = 0; next < turn.length && records < sliceRecords; next++) {
-        const { p, g } = turn[next] as (typeof turn)[number];
+      for (let records = 0; next < turnLength && records < sliceRecords; next++) {
+        const p = batches[next] as PendingChunks;
         // A rebalance between slices took the partition: the rest of its records are left to its next reader.
         if (tracker.assignment(p.slot) !== p.assignment) continue;
-        if (g.key === TOO_DEEP) this.#d.tooDeep(p.batch, p.slot, g);
-        else buffers.add(g.key, p.slot, g);
-        records += g.count;
+        reader.read(replies[next] as ReplyViews, heads[next] ?? 0);
+        const key = keys[next] as string | typeof TOO_DEEP;
+        if (key === TOO_DEEP) this.#d.tooDeep(p.batch, p.slot, reader);
+        else buffers.add(key, p.slot, reader);
+        records += reader.count;
       }
-      if (next < turn.length) {
+      if (next < turnLength) {
         // Behind the slice's lane posts (queued as its microtasks run), not ahead of them.
         setImmediate(() => setImmediate(slice));
         return;
       }
+      // Let go, so no reply stays reachable from here until a later turn writes over it.
+      keys.fill(undefined, 0, turnLength);
+      batches.fill(undefined, 0, turnLength);
+      replies.fill(undefined, 0, turnLength);
       this.#buffering = false;
       // The turn's replies go back to the lanes once its batches are done: what waits in a buffer is copied first.
       buffers.settle();
@@ -331,6 +353,65 @@ export class Intake {
       this.#endTurnSoon();
     };
     slice();
+  }
+
+  /**
+   * Lays the groups of `live` out in the #turn arrays destination by destination, destinations in the order they first
+   * came and each one's groups in arrival order (a counting sort); returns how many groups.
+   */
+  #order(live: readonly PendingChunks[]): number {
+    const destinations = new Map<string | typeof TOO_DEEP, number>();
+    const arrived = this.#arrivedKeys;
+    let n = 0;
+    for (const p of live) {
+      for (const chunk of p.chunks) {
+        for (let g = 0, at = chunk.at; g < chunk.groups; g++, at = nextGroup(chunk.reply, at)) {
+          const key = keyAt(chunk.reply, at);
+          let d = destinations.get(key);
+          if (d === undefined) {
+            d = destinations.size;
+            destinations.set(key, d);
+            if (d === this.#places.length) this.#places = grown(this.#places);
+            this.#places[d] = 0;
+          }
+          if (n === this.#arrivedDestinations.length) this.#arrivedDestinations = grown(this.#arrivedDestinations);
+          this.#arrivedDestinations[n] = d;
+          arrived[n++] = key;
+          this.#places[d] = (this.#places[d] ?? 0) + 1;
+        }
+      }
+    }
+    // Filled up to n first: written out of order into a shorter array, V8 would keep it as a dictionary.
+    for (let j = this.#turnKeys.length; j < n; j++) {
+      this.#turnKeys.push(undefined);
+      this.#turnBatches.push(undefined);
+      this.#turnReplies.push(undefined);
+    }
+    if (this.#turnAt.length < n) this.#turnAt = new Int32Array(this.#arrivedDestinations.length);
+    // Each destination's first place: the counts before it.
+    const places = this.#places;
+    for (let d = 0, at = 0; d < destinations.size; d++) {
+      const count = places[d] ?? 0;
+      places[d] = at;
+      at += count;
+    }
+    let i = 0;
+    for (const p of live) {
+      for (const chunk of p.chunks) {
+        for (let g = 0, at = chunk.at; g < chunk.groups; g++, at = nextGroup(chunk.reply, at)) {
+          const d = this.#arrivedDestinations[i] ?? 0;
+          const place = places[d] ?? 0;
+          places[d] = place + 1;
+          this.#turnKeys[place] = arrived[i];
+          this.#turnBatches[place] = p;
+          this.#turnReplies[place] = chunk.reply;
+          this.#turnAt[place] = at;
+          i++;
+        }
+      }
+    }
+    arrived.fill(undefined, 0, n);
+    return n;
   }
 
   #receivedUpTo(batch: InboundBatch, slot: number, last: number, records: number): void {
@@ -347,4 +428,11 @@ export class Intake {
     this.#routingErrors += r.errors;
     r.fallbacks.forEach((n, i) => (this.#fallbacks[i] = (this.#fallbacks[i] ?? 0) + n));
   }
+}
+
+/** `a` in an array twice its length. */
+function grown(a: Int32Array<ArrayBuffer>): Int32Array<ArrayBuffer> {
+  const b = new Int32Array(a.length * 2);
+  b.set(a);
+  return b;
 }

@@ -4,7 +4,7 @@
 // it, else dropped and counted as unreplayable. Each release asks for a commit.
 import type { Logger } from "pino";
 import type { CompletedFile } from "../archive/writers.ts";
-import { viewsOf, wholeBatch, type FlushBatch } from "../buffer/hot.ts";
+import { viewsOf, wholeBatch, type BufferedRecords, type FlushBatch } from "../buffer/hot.ts";
 import type { Spill } from "../buffer/spill.ts";
 import { readBlocks } from "../codec/blocks.ts";
 import type { Codec } from "../codec/index.ts";
@@ -14,7 +14,6 @@ import type { DeadLetter, KafkaDlq } from "../dlq/kafka.ts";
 import { ArchiverError, isRetryable } from "../errors.ts";
 import type { Metrics } from "../observe/metrics.ts";
 import type { InboundBatch } from "../records.ts";
-import type { RoutedGroup } from "../route/block.ts";
 import type { StagedManifest } from "../store/manifest.ts";
 import type { StagingStore } from "../store/staging.ts";
 
@@ -47,7 +46,7 @@ export class Release {
   }
 
   /** Records nested past 64 levels are never parsed: dead-lettered as they arrived, or dropped and counted. */
-  tooDeep(batch: InboundBatch, slot: number, g: RoutedGroup): void {
+  tooDeep(batch: InboundBatch, slot: number, g: BufferedRecords): void {
     const { dlq, metrics, log, tracker } = this.#d;
     const reason = "payload nesting exceeds the maximum parse depth of 64";
     const destination = batch.topic ?? this.#d.defaultSegment;

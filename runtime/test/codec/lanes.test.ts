@@ -13,6 +13,7 @@ import { codecLanes, copyInto, IDLE_TRIM_MS, ReplyLeases } from "../../src/codec
 import { encodeRouteBlock, readRouted, routeBlock, type Routed, type RouteSpec } from "../../src/route/block.ts";
 import { createFileStore } from "../../src/store/file.ts";
 import type { RecordsBatch } from "../../src/records.ts";
+import { groupsOf } from "../route/groups.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "lanes-test-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -188,7 +189,7 @@ test("a route block given up is moved to the lane, not copied: routed as a copy 
   ]);
   assert.equal(moved.buffer.byteLength, 0, "the moved block's memory went with the message");
   assert.ok(kept.byteLength > 0, "a block not given up stays the caller's");
-  const keys = (r: Routed) => r.chunks.flatMap((c) => c.groups.map((g) => [g.key, viewsOf(g).data.toString()]));
+  const keys = (r: Routed) => r.chunks.flatMap((c) => groupsOf(c).map((g) => [g.key, viewsOf(g).data.toString()]));
   assert.deepEqual(keys(readRouted(fromMoved)), keys(here));
   assert.deepEqual(keys(readRouted(fromKept)), keys(here));
 });

@@ -4,12 +4,11 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { pino } from "pino";
-import { viewsOf } from "../../src/buffer/hot.ts";
+import { viewsOf, type BufferedRecords } from "../../src/buffer/hot.ts";
 import { OffsetTracker } from "../../src/delivery/tracker.ts";
 import { createMetrics } from "../../src/observe/metrics.ts";
 import { Intake } from "../../src/pipeline/intake.ts";
 import type { InboundBatch } from "../../src/records.ts";
-import type { RoutedGroup } from "../../src/route/block.ts";
 import { KAFKA_BATCHES } from "../../src/transport/record-batch.ts";
 
 /** `orgs[i]` is record i's org; its offset is `first + i`. */
@@ -36,7 +35,7 @@ function harness() {
     offsetsHeld: true,
     tracker,
     buffers: {
-      add: (key: string, slot: number, g: RoutedGroup) =>
+      add: (key: string, slot: number, g: BufferedRecords) =>
         void added.push({ key, slot, offsets: Array.from(viewsOf(g).offsets) }),
       settle: () => {},
     },

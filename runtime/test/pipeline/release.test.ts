@@ -11,7 +11,7 @@ import { OffsetTracker } from "../../src/delivery/tracker.ts";
 import type { DeadLetter } from "../../src/dlq/kafka.ts";
 import { createMetrics } from "../../src/observe/metrics.ts";
 import { Release } from "../../src/pipeline/release.ts";
-import type { RoutedGroup } from "../../src/route/block.ts";
+import type { RoutedGroup } from "../route/groups.ts";
 import { TOO_DEEP } from "../../src/route/router.ts";
 
 const metricValue = async (c: { get(): Promise<{ values: { value: number; labels: object }[] }> }, label?: string) =>

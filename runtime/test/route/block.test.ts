@@ -12,6 +12,7 @@ import {
 } from "../../src/route/block.ts";
 import { createRouter, type TOO_DEEP } from "../../src/route/router.ts";
 import type { EncodedBatch, EncodedFormat, RecordsBatch } from "../../src/records.ts";
+import { groupsOf } from "./groups.ts";
 
 /** For batches of records: routing them reads no encoded format. */
 const NO_FORMAT: EncodedFormat = {
@@ -62,7 +63,7 @@ function routedBeside(s: RouteSpec, records: (string | null)[]) {
     expected.push([...groups].map(([key, g]) => ({ key, ...g })));
   }
   const got = routed.chunks.map((c) =>
-    c.groups.map((g) => ({
+    groupsOf(c).map((g) => ({
       key: g.key,
       lines: viewsOf(g).data.toString().split("\n").slice(0, -1),
       offsets: [...viewsOf(g).offsets],
@@ -82,7 +83,7 @@ test("a routed block groups each chunk by destination, in record order, as the r
       [1, 108],
     ],
   );
-  const first = routed.chunks[0]?.groups[0];
+  const first = routed.chunks[0] === undefined ? undefined : groupsOf(routed.chunks[0])[0];
   assert.deepEqual(
     [...(first === undefined ? [] : viewsOf(first).ends)],
     [values[0]!.length + 1, values[0]!.length + values[3]!.length + 2],
@@ -102,7 +103,7 @@ test("records whose fields read differently but route to one key share its group
   const { routed, got, expected } = routedBeside({ ...spec, chunk: 3 }, records);
   assert.deepEqual(got, expected);
   assert.deepEqual(
-    routed.chunks.map((ch) => ch.groups.map((g) => [g.key, g.count])),
+    routed.chunks.map((ch) => groupsOf(ch).map((g) => [g.key, g.count])),
     [
       [
         ["events/c/unknown", 2],
@@ -124,7 +125,7 @@ test("topic mode and a push with no topic route by the default segment, nothing 
     Buffer.from(routeBlock(encodeRouteBlock(topicSpec, { ...batch(["x", "y"]), topic: undefined }))),
   );
   assert.deepEqual(
-    routed.chunks[0]?.groups.map((g) => [g.key, viewsOf(g).data.toString()]),
+    (routed.chunks[0] === undefined ? [] : groupsOf(routed.chunks[0])).map((g) => [g.key, viewsOf(g).data.toString()]),
     [["unknown", "x\ny\n"]],
   );
   assert.equal(readRouted(Buffer.from(routeBlock(encodeRouteBlock(topicSpec, batch([]))))).chunks.length, 0);
@@ -144,7 +145,7 @@ test("routing on a lane gives what routing here gives", async () => {
 /** A routed batch as plain data: per chunk, per group, its key and records. */
 const plain = (r: Routed) =>
   r.chunks.map((c) =>
-    c.groups.map((g) => {
+    groupsOf(c).map((g) => {
       const v = viewsOf(g);
       return [g.key, v.data.toString(), [...v.ends], [...v.offsets]];
     }),
@@ -167,7 +168,7 @@ test("a lane writes later replies into memory given back, and they read as repli
 });
 
 /** Per chunk, each group's key and its records' text, in the reply's order. */
-const grouped = (r: Routed) => r.chunks.map((c) => c.groups.map((g) => [g.key, viewsOf(g).data.toString()]));
+const grouped = (r: Routed) => r.chunks.map((c) => groupsOf(c).map((g) => [g.key, viewsOf(g).data.toString()]));
 
 test("one group per key and chunk, even when a record that cannot be read takes a key a readable one has", () => {
   // Without a topic, a record that is not JSON takes the default segment alone, as does one whose only field is
@@ -246,7 +247,11 @@ test("an encoded batch's records are read by the format given, from its offset, 
   );
   assert.deepEqual(seen, [{ fromOffset: 41, aborted }]);
   assert.deepEqual(
-    routed.chunks[0]?.groups.map((g) => [g.key, viewsOf(g).data.toString(), [...viewsOf(g).offsets]]),
+    (routed.chunks[0] === undefined ? [] : groupsOf(routed.chunks[0])).map((g) => [
+      g.key,
+      viewsOf(g).data.toString(),
+      [...viewsOf(g).offsets],
+    ]),
     [
       ["events/b/x", `${vals[1]}\n`, [41]],
       ["events/a/y", `${vals[2]}\n`, [42]],
