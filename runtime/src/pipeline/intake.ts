@@ -111,9 +111,13 @@ export class Intake {
   readonly #turnBatches: (PendingChunks | undefined)[] = [];
   readonly #turnReplies: (ReplyViews | undefined)[] = [];
   #turnAt = new Int32Array(1024);
-  /** #order's scratch: each group's key and its destination's index as they arrive; each destination's next place. */
-  readonly #arrivedKeys: (string | typeof TOO_DEEP | undefined)[] = [];
+  /**
+   * #order's scratch: each group's destination and head as they arrive; each destination's key (the first group's:
+   * the others' copies die young) and next place.
+   */
   #arrivedDestinations = new Int32Array(1024);
+  #arrivedAt = new Int32Array(1024);
+  readonly #destinationKeys: (string | typeof TOO_DEEP | undefined)[] = [];
   #places = new Int32Array(1024);
   readonly #reader = new GroupReader();
 
@@ -361,7 +365,7 @@ export class Intake {
    */
   #order(live: readonly PendingChunks[]): number {
     const destinations = new Map<string | typeof TOO_DEEP, number>();
-    const arrived = this.#arrivedKeys;
+    const keys = this.#destinationKeys;
     let n = 0;
     for (const p of live) {
       for (const chunk of p.chunks) {
@@ -371,12 +375,16 @@ export class Intake {
           if (d === undefined) {
             d = destinations.size;
             destinations.set(key, d);
+            keys[d] = key;
             if (d === this.#places.length) this.#places = grown(this.#places);
             this.#places[d] = 0;
           }
-          if (n === this.#arrivedDestinations.length) this.#arrivedDestinations = grown(this.#arrivedDestinations);
+          if (n === this.#arrivedAt.length) {
+            this.#arrivedDestinations = grown(this.#arrivedDestinations);
+            this.#arrivedAt = grown(this.#arrivedAt);
+          }
           this.#arrivedDestinations[n] = d;
-          arrived[n++] = key;
+          this.#arrivedAt[n++] = at;
           this.#places[d] = (this.#places[d] ?? 0) + 1;
         }
       }
@@ -387,7 +395,7 @@ export class Intake {
       this.#turnBatches.push(undefined);
       this.#turnReplies.push(undefined);
     }
-    if (this.#turnAt.length < n) this.#turnAt = new Int32Array(this.#arrivedDestinations.length);
+    if (this.#turnAt.length < n) this.#turnAt = new Int32Array(this.#arrivedAt.length);
     // Each destination's first place: the counts before it.
     const places = this.#places;
     for (let d = 0, at = 0; d < destinations.size; d++) {
@@ -398,19 +406,18 @@ export class Intake {
     let i = 0;
     for (const p of live) {
       for (const chunk of p.chunks) {
-        for (let g = 0, at = chunk.at; g < chunk.groups; g++, at = nextGroup(chunk.reply, at)) {
+        for (let g = 0; g < chunk.groups; g++, i++) {
           const d = this.#arrivedDestinations[i] ?? 0;
           const place = places[d] ?? 0;
           places[d] = place + 1;
-          this.#turnKeys[place] = arrived[i];
+          this.#turnKeys[place] = keys[d];
           this.#turnBatches[place] = p;
           this.#turnReplies[place] = chunk.reply;
-          this.#turnAt[place] = at;
-          i++;
+          this.#turnAt[place] = this.#arrivedAt[i] ?? 0;
         }
       }
     }
-    arrived.fill(undefined, 0, n);
+    keys.fill(undefined, 0, destinations.size);
     return n;
   }
 
