@@ -7,11 +7,11 @@
 // past it, and past the bound in bytes, buffers go to the spill (spill.ts) and stay as cold buffers, which hold no
 // memory but where their records lie, until their next record, their age, the drain or a revoke.
 // A buffer allocates nothing until a record arrives, and then little more than it holds.
-// Records are not copied where they are buffered: a buffer holds views of the route replies they arrived in (pieces),
-// and a flush hands those to its lane, which reads them where they lie. The event loop's two copies of every record
-// (into a buffer, then into shared memory for the lane) were a third of its time on the bench. What is still
-// buffered when a turn ends is copied into the buffer's own block (settle), so no reply stays pinned by a buffer that
-// flushes only at its age. Blocks come from a pool of shared memory (blocks.ts): a flush hands its block over as it
+// Large groups of records are not copied where they are buffered: a buffer holds views of the route replies they
+// arrived in (pieces), and a flush hands those to its lane, which reads them where they lie. The event loop's two
+// copies of every record (into a buffer, then into shared memory for the lane) were a third of its time on the bench.
+// What is still buffered when a turn ends is copied into the buffer's own block (settle), so no reply stays pinned by a
+// buffer that flushes only at its age; a group of a few records is copied there at once (see VIEW_BYTES). Blocks come from a pool of shared memory (blocks.ts): a flush hands its block over as it
 // is, and the block goes back to the pool once the flush has landed (releaseFlush).
 import type { Hold } from "../delivery/hold.ts";
 import { codecLanes, copyInto } from "../codec/lanes.ts";
@@ -29,6 +29,13 @@ export const MIN_BUFFER_SHARE = 2048;
  * 8 segments (10k row: 26.8 s, peak RSS 699 MiB; merged in the spill, 22.8 s and 513 MiB).
  */
 const MERGE_SEGMENTS = 8;
+/**
+ * A group of records this large or larger is held as a view of its route reply (a piece); a smaller one is copied into
+ * the block at once. A view saves a copy only when its buffer flushes in the same turn, which a group of a few records
+ * rarely takes a buffer to, and each view was an object that outlived the young generation when buffers held them
+ * across a turn: at 10,000 destinations a group is a record, and the views were 313 MB of the 1,293 MB promoted.
+ */
+export const VIEW_BYTES = 16 * 1024;
 /** Room a buffer's ends and offsets first take, in records. */
 const FIRST_RECORDS = 16;
 
@@ -227,23 +234,70 @@ class HotBuffer {
    * its next spill rather than four times from MIN_BLOCK, each growth a pooled block and a copy.
    */
   reached = 0;
+  /** All its records are spilled (see HotBufferPool's cold buffers): it is in no recency list. */
+  cold = false;
+  /** Its neighbours in the recency list while it holds memory. */
+  older: HotBuffer | undefined;
+  newer: HotBuffer | undefined;
 
   constructor(destination: string) {
     this.destination = destination;
   }
 }
 
+/**
+ * The buffers holding memory, least recently used first, linked through the buffers themselves. A Map re-inserted at
+ * every touch kept its recency order too, but every few thousand touches rebuilt its table, large enough at 10,000
+ * destinations to be allocated straight in the old generation: 75 MB of the 1,293 MB the 10,000-destination row
+ * promoted.
+ */
+class RecencyList {
+  oldest: HotBuffer | undefined;
+  newest: HotBuffer | undefined;
+  size = 0;
+
+  push(b: HotBuffer): void {
+    b.older = this.newest;
+    b.newer = undefined;
+    if (this.newest === undefined) this.oldest = b;
+    else this.newest.newer = b;
+    this.newest = b;
+    this.size++;
+  }
+
+  remove(b: HotBuffer): void {
+    if (b.older === undefined) this.oldest = b.newer;
+    else b.older.newer = b.newer;
+    if (b.newer === undefined) this.newest = b.older;
+    else b.newer.older = b.older;
+    b.older = undefined;
+    b.newer = undefined;
+    this.size--;
+  }
+
+  touch(b: HotBuffer): void {
+    if (this.newest === b) return;
+    this.remove(b);
+    this.push(b);
+  }
+
+  /** Each buffer, least recently used first. */
+  *[Symbol.iterator](): Generator<HotBuffer> {
+    for (let b = this.oldest; b !== undefined; b = b.newer) yield b;
+  }
+}
+
 export class HotBufferPool {
   readonly #opts: HotBufferOptions;
   readonly #now: () => number;
-  /** Buffers holding records in memory. Insertion order is recency order: a touched buffer is re-inserted at the end. */
-  readonly #buffers = new Map<string, HotBuffer>();
+  /** Every buffer, by destination. */
+  readonly #byDestination = new Map<string, HotBuffer>();
   /**
-   * Buffers whose records are all spilled: they hold no memory beside their own state, and do not count against the
-   * count bound. One is taken back into #buffers by its next record, and flushes at its age, the drain or a revoke as
-   * any buffer does.
+   * Buffers holding records in memory, in recency order. The others are cold: all their records are spilled, they hold
+   * no memory beside their own state, and do not count against the count bound. One is taken back into #buffers by its
+   * next record, and flushes at its age, the drain or a revoke as any buffer does.
    */
-  readonly #cold = new Map<string, HotBuffer>();
+  readonly #buffers = new RecencyList();
   /** Buffers holding pieces, for settle: visiting all of ten thousand buffers a turn to find them cost more. */
   #unsettled: HotBuffer[] = [];
   /**
@@ -304,9 +358,9 @@ export class HotBufferPool {
    */
   #addCold(destination: string, slot: number, records: BufferedRecords): boolean {
     if (this.#buffers.size < this.#maxBuffers) return false;
-    const b = this.#cold.get(destination);
+    const b = this.#byDestination.get(destination);
     const spill = this.#opts.spill;
-    if (b === undefined || spill === undefined || b.hold === undefined) return false;
+    if (b === undefined || !b.cold || spill === undefined || b.hold === undefined) return false;
     const n = records.count;
     const { ends, endsAt, offsets, offsetsAt } = records;
     const bytes = ends[endsAt + n - 1] ?? 0;
@@ -334,26 +388,26 @@ export class HotBufferPool {
    * evicted one buffer per record and put 47,000 flushes in flight within a turn.
    */
   #touch(destination: string): HotBuffer {
-    let b = this.#buffers.get(destination);
-    if (b === undefined) {
-      while (this.#buffers.size >= this.#maxBuffers) {
-        const lru = this.#buffers.values().next().value as HotBuffer;
-        if (!this.#trySpill(lru)) this.#flush(lru, "evict");
-      }
-      b = this.#cold.get(destination);
-      if (b === undefined) b = new HotBuffer(destination);
-      else {
-        this.#cold.delete(destination);
-        const spill = this.#opts.spill;
-        if (spill !== undefined && b.segments !== undefined && segmentCount(b.segments) >= MERGE_SEGMENTS) {
-          mergeTail(b.segments, spill);
-        }
-      }
-      this.#buffers.set(destination, b);
-    } else if (this.#buffers.size > 1) {
-      this.#buffers.delete(destination);
-      this.#buffers.set(destination, b);
+    let b = this.#byDestination.get(destination);
+    if (b !== undefined && !b.cold) {
+      this.#buffers.touch(b);
+      return b;
     }
+    while (this.#buffers.size >= this.#maxBuffers) {
+      const lru = this.#buffers.oldest as HotBuffer;
+      if (!this.#trySpill(lru)) this.#flush(lru, "evict");
+    }
+    if (b === undefined) {
+      b = new HotBuffer(destination);
+      this.#byDestination.set(destination, b);
+    } else {
+      b.cold = false;
+      const spill = this.#opts.spill;
+      if (spill !== undefined && b.segments !== undefined && segmentCount(b.segments) >= MERGE_SEGMENTS) {
+        mergeTail(b.segments, spill);
+      }
+    }
+    this.#buffers.push(b);
     return b;
   }
 
@@ -372,7 +426,7 @@ export class HotBufferPool {
     }
     const dataAt = records.dataAt + base;
     const memory = records.data.buffer;
-    if (memory instanceof SharedArrayBuffer) {
+    if (memory instanceof SharedArrayBuffer && bytes >= VIEW_BYTES) {
       // A route reply: held as a view. A run continuing the last piece in its reply extends it.
       const last = b.pieces[b.pieces.length - 1];
       const end = last === undefined ? -1 : last.byteOffset + last.length;
@@ -384,10 +438,10 @@ export class HotBufferPool {
         codecLanes().leaseReply(memory);
       }
     } else {
-      // Memory the caller may reuse: copied now, behind whatever the buffer already holds.
+      // A few records, or memory the caller may reuse: copied now, behind whatever the buffer already holds.
       this.#settleOne(b);
-      if (b.data === undefined || need > b.data.length) b.data = grow(b.data, start, need);
-      copyInto(b.data, start, records.data, dataAt, dataAt + bytes);
+      const block = blockRoom(b, need);
+      copyInto(block, start, records.data, dataAt, dataAt + bytes);
       b.blockLength = need;
     }
     b.length = need;
@@ -416,11 +470,10 @@ export class HotBufferPool {
   /** Copies what `b` holds as pieces into its block, behind what the block holds, and releases the pieces. */
   #settleOne(b: HotBuffer): void {
     if (b.pieces.length === 0) return;
-    if (b.data === undefined) b.data = grow(undefined, 0, Math.max(b.length, b.reached >> 1));
-    else if (b.length > b.data.length) b.data = grow(b.data, b.blockLength, b.length);
+    const block = blockRoom(b, b.length);
     let at = b.blockLength;
     for (const piece of b.pieces) {
-      copyInto(b.data, at, piece);
+      copyInto(block, at, piece);
       at += piece.length;
       codecLanes().releaseReply(piece.buffer as SharedArrayBuffer);
     }
@@ -439,7 +492,7 @@ export class HotBufferPool {
   }
 
   #flush(b: HotBuffer, trigger: FlushTrigger): void {
-    if (!this.#buffers.delete(b.destination)) this.#cold.delete(b.destination);
+    this.#forget(b);
     if (b.records + b.spilledRecords === 0 || b.hold === undefined) {
       freeBlocks(b);
       return;
@@ -489,19 +542,22 @@ export class HotBufferPool {
    */
   #flushDownTo(target: number): void {
     const byClass = new Array<number>(32).fill(0);
-    for (const b of this.#buffers.values()) {
+    for (const b of this.#buffers) {
       const c = sizeClass(b.length);
       byClass[c] = (byClass[c] ?? 0) + b.length;
     }
     // The classes from `last` up go: every one above it whole, and `last` until the target is reached.
     let last = 32;
     for (let left = this.#bytes; last > 1 && left > target;) left -= byClass[--last] ?? 0;
-    const all = [...this.#buffers.values()];
-    for (const b of all) {
+    // Walked with the next buffer taken first, as relieving one takes it out of the list: a copy of the list to walk
+    // was an array of 10,000 a relief, most of it promoted.
+    let next: HotBuffer | undefined;
+    for (let b = this.#buffers.oldest; b !== undefined; b = next) {
+      next = b.newer;
       if (sizeClass(b.length) > last && !this.#trySpill(b)) this.#flush(b, "cap");
     }
-    for (const b of all) {
-      if (this.#bytes <= target) break;
+    for (let b = this.#buffers.oldest; b !== undefined && this.#bytes > target; b = next) {
+      next = b.newer;
       if (sizeClass(b.length) === last && !this.#trySpill(b)) this.#flush(b, "cap");
     }
   }
@@ -542,9 +598,11 @@ export class HotBufferPool {
     b.length = 0;
     b.blockLength = 0;
     b.records = 0;
-    this.#buffers.delete(b.destination);
-    if (b.hold === undefined) return true;
-    this.#cold.set(b.destination, b);
+    if (b.hold === undefined) this.#forget(b);
+    else if (!b.cold) {
+      this.#buffers.remove(b);
+      b.cold = true;
+    }
     return true;
   }
 
@@ -589,7 +647,7 @@ export class HotBufferPool {
     const now = this.#now();
     const coldAge = this.#opts.coldAgeMs ?? 0;
     const cooling = this.#opts.spill !== undefined && coldAge > this.#opts.flushAgeMs;
-    const crowded = (): boolean => this.#buffers.size + this.#cold.size > (this.#opts.coldPast ?? 0);
+    const crowded = (): boolean => this.#byDestination.size > (this.#opts.coldPast ?? 0);
     this.#due(this.#aging, now - this.#opts.flushAgeMs, (b) => {
       if (cooling && crowded() && this.#trySpill(b)) {
         this.#coldDue.push(b.destination, b.openedAt);
@@ -615,7 +673,7 @@ export class HotBufferPool {
       const openedAt = list.times[list.head] ?? 0;
       if (openedAt > cutoff) break;
       const name = list.names[list.head] ?? "";
-      const b = this.#buffers.get(name) ?? this.#cold.get(name);
+      const b = this.#byDestination.get(name);
       if (b === undefined || b.openedAt !== openedAt || b.hold === undefined) continue;
       if (!act(b)) break;
     }
@@ -631,10 +689,17 @@ export class HotBufferPool {
     return true;
   }
 
-  /** Every buffer, in memory first, then cold; one flushed meanwhile is skipped. */
+  /** Every buffer, in memory first, then cold; one flushed meanwhile is skipped (a Map's iterator skips it). */
   *#all(): Generator<HotBuffer> {
-    yield* this.#buffers.values();
-    yield* this.#cold.values();
+    for (const b of this.#byDestination.values()) if (!b.cold) yield b;
+    for (const b of this.#byDestination.values()) if (b.cold) yield b;
+  }
+
+  /** Drops `b` from the pool, wherever it is. */
+  #forget(b: HotBuffer): void {
+    if (this.#byDestination.get(b.destination) !== b) return;
+    this.#byDestination.delete(b.destination);
+    if (!b.cold) this.#buffers.remove(b);
   }
 
   /**
@@ -659,9 +724,12 @@ export class HotBufferPool {
       this.#settleOne(b);
       discarded += this.#discard(b, slots);
       // Read back, a cold buffer holds its records in memory again (or none).
-      if (this.#cold.delete(b.destination) && b.records > 0) this.#buffers.set(b.destination, b);
+      if (b.cold && b.records > 0) {
+        b.cold = false;
+        this.#buffers.push(b);
+      }
       if (b.records === 0) {
-        this.#buffers.delete(b.destination);
+        this.#forget(b);
         freeBlocks(b);
         if (b.hold !== undefined) this.#opts.onEmptied(b.hold);
       }
@@ -710,7 +778,7 @@ export class HotBufferPool {
 
   /** Buffers (cold ones too), the bytes they hold in memory, and their records, spilled too. */
   stats(): { buffers: number; bytes: number; records: number } {
-    return { buffers: this.#buffers.size + this.#cold.size, bytes: this.#bytes, records: this.#records };
+    return { buffers: this.#byDestination.size, bytes: this.#bytes, records: this.#records };
   }
 }
 
@@ -723,6 +791,16 @@ function grow(old: Buffer | undefined, used: number, need: number): Buffer {
     blocks.free(old);
   }
   return next;
+}
+
+/**
+ * `b`'s block, with room for `need` bytes. One taken back after a spill starts at half of what it held then, so it grows
+ * once before its next spill rather than four times from MIN_BLOCK.
+ */
+function blockRoom(b: HotBuffer, need: number): Buffer {
+  if (b.data === undefined) b.data = grow(undefined, 0, Math.max(need, b.reached >> 1));
+  else if (need > b.data.length) b.data = grow(b.data, b.blockLength, need);
+  return b.data;
 }
 
 /** Room for at least `need` records' offsets and ends, in one pooled block (offsets first, 8-aligned). */

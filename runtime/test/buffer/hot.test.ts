@@ -12,6 +12,7 @@ import {
   wholeBatch,
   type BufferedRecords,
   type FlushBatch,
+  VIEW_BYTES,
 } from "../../src/buffer/hot.ts";
 import { segmentCount, Spill, type Segments } from "../../src/buffer/spill.ts";
 import type { Hold } from "../../src/delivery/hold.ts";
@@ -208,10 +209,11 @@ function shared(g: BufferedRecords): BufferedRecords {
   return { ...g, data };
 }
 
-test("records in a route reply are held as views of it and flushed as pieces of it, copied only as a turn ends", () => {
-  const { p, flushed } = pool();
-  const first = shared(group(["a0", "a1"], 0));
-  const second = shared(group(["a2"], 2));
+test("groups of VIEW_BYTES or more in a route reply are held as views of it and flushed as pieces of it, copied only as a turn ends", () => {
+  const { p, flushed } = pool({ flushBytes: 1 << 20, capBytes: 64 << 20 });
+  const big = (c: string): string => c.repeat(VIEW_BYTES);
+  const first = shared(group([big("a"), big("b")], 0));
+  const second = shared(group([big("c")], 2));
   p.add("d", 0, first);
   p.add("d", 0, second);
   p.flushAll();
@@ -221,21 +223,48 @@ test("records in a route reply are held as views of it and flushed as pieces of 
     [first.data.buffer, second.data.buffer],
     "no copy: each piece lies in its reply",
   );
-  assert.equal(f.bytes, 9);
-  assert.deepEqual(lines(f), ["a0", "a1", "a2"]);
-  assert.deepEqual([...f.ends], [3, 6, 9]);
+  assert.equal(f.bytes, 3 * (VIEW_BYTES + 1));
+  assert.deepEqual(lines(f), [big("a"), big("b"), big("c")]);
+  assert.deepEqual(
+    [...f.ends],
+    [1, 2, 3].map((i) => i * (VIEW_BYTES + 1)),
+  );
 
-  const kept = shared(group(["b0"], 0));
+  const kept = shared(group([big("d")], 0));
   p.add("e", 0, kept);
   p.settle();
   kept.data.fill(0x78); // the reply's memory written again by its lane
-  const after = shared(group(["b1"], 1));
+  const after = shared(group([big("e")], 1));
   p.add("e", 0, after);
   p.flushAll();
   const g = flushed[1]!;
-  assert.deepEqual(lines(g), ["b0", "b1"], "what the turn left buffered was copied before the reply was reused");
+  assert.deepEqual(
+    lines(g),
+    [big("d"), big("e")],
+    "what the turn left buffered was copied before the reply was reused",
+  );
   assert.notEqual(g.pieces[0]?.buffer, kept.data.buffer);
   assert.equal(g.pieces[1]?.buffer, after.data.buffer);
+});
+
+test("a group smaller than VIEW_BYTES in a route reply is copied at once, behind the views before it", () => {
+  const { p, flushed } = pool({ flushBytes: 1 << 20, capBytes: 64 << 20 });
+  const big = shared(group(["b".repeat(VIEW_BYTES)], 0));
+  const small = shared(group(["s1", "s2"], 1));
+  p.add("d", 0, big);
+  p.add("d", 0, small);
+  small.data.fill(0x78); // before the turn ends: nothing of the reply is read after add
+  big.data.fill(0x78);
+  const last = shared(group(["s3"], 3));
+  p.add("d", 0, last);
+  p.flushAll();
+  const f = flushed[0]!;
+  assert.deepEqual(lines(f), ["b".repeat(VIEW_BYTES), "s1", "s2", "s3"]);
+  assert.ok(
+    f.pieces.every((piece) => !(piece.buffer instanceof SharedArrayBuffer) || piece.buffer.byteLength > 1 << 16),
+    "every piece is a pooled block, none a reply",
+  );
+  assert.deepEqual([...f.offsets], [0, 1, 2, 3]);
 });
 
 test("pieces and copies keep the records' order, through a limit and a revocation", () => {
