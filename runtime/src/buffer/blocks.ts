@@ -3,23 +3,33 @@
 // buffer grew (ten thousand buffers, each growing and flushing again and again) left glibc's heap fragmented: at a 512
 // MiB limit RSS stayed at 438 MB with every buffer flushed, and the memory latch never resumed. Slabs are shared
 // memory, so a lane reads a flushed block where it lies: a flush hands its block over instead of copying it.
+// What the pool knows of a block lies in a byte per 512 bytes of its slab, found from the block itself (its memory,
+// offset and length), and free blocks wait in a stack per size: a WeakMap from each block to where it lay, and a Set of
+// free addresses per size, put tens of thousands of entries in tables V8 rebuilt as they churned, and a WeakMap's
+// entries are ephemerons, which every full collection marks over again.
 
 const MIN_SHIFT = 9;
 const SLAB_SHIFT = 22;
 export const MIN_BLOCK = 1 << MIN_SHIFT;
 export const SLAB_BYTES = 1 << SLAB_SHIFT;
+const CLASSES = SLAB_SHIFT - MIN_SHIFT + 1;
 
-/** Where a pooled block lies: its slab and offset as one address, and its size class. */
-interface Carved {
-  readonly address: number;
-  readonly shift: number;
+/** A slab, with what starts at each 512 bytes of it: +shift a block in use, -shift a free one, 0 neither. */
+interface Slab {
+  readonly memory: SharedArrayBuffer;
+  readonly starts: Int8Array;
 }
 
 export class BlockPool {
-  readonly #slabs: (SharedArrayBuffer | undefined)[] = [];
-  /** Free addresses by size class (shift - MIN_SHIFT). */
-  readonly #free: Set<number>[] = Array.from({ length: SLAB_SHIFT - MIN_SHIFT + 1 }, () => new Set<number>());
-  readonly #carved = new WeakMap<Uint8Array, Carved>();
+  readonly #slabs: (Slab | undefined)[] = [];
+  readonly #slabOf = new Map<SharedArrayBuffer, number>();
+  /**
+   * Free addresses (slab x SLAB_BYTES + offset) by size class (shift - MIN_SHIFT), pushed as blocks come free. An entry
+   * whose block has been taken or merged since stays until popped or compacted: each is checked against its slab.
+   */
+  readonly #free: number[][] = Array.from({ length: CLASSES }, () => []);
+  /** Free blocks by size class, exactly. */
+  readonly #freeCount = new Int32Array(CLASSES);
   /** Slabs kept whole and free, for the next growth; past it a freed slab goes. */
   readonly #keepSlabs: number;
   #inUse = 0;
@@ -35,68 +45,106 @@ export class BlockPool {
 
   /** Bytes of slabs held, in use or free. */
   get held(): number {
-    return this.#slabs.filter((s) => s !== undefined).length * SLAB_BYTES;
+    return this.#slabOf.size * SLAB_BYTES;
   }
 
   /** A block of at least `bytes` (the power of two at or above it, at least MIN_BLOCK). */
   alloc(bytes: number): Buffer {
     if (bytes > SLAB_BYTES) return Buffer.from(new SharedArrayBuffer(bytes));
-    const shift = Math.max(MIN_SHIFT, Math.ceil(Math.log2(bytes)));
+    const shift = Math.max(MIN_SHIFT, 32 - Math.clz32(bytes - 1));
     let from = shift;
-    while (from <= SLAB_SHIFT && this.#free[from - MIN_SHIFT]?.size === 0) from++;
-    let address: number;
-    if (from > SLAB_SHIFT) {
-      address = this.#newSlab() * SLAB_BYTES;
-      from = SLAB_SHIFT;
-    } else {
-      const free = this.#free[from - MIN_SHIFT] as Set<number>;
-      address = free.values().next().value as number;
-      free.delete(address);
-    }
+    while (from <= SLAB_SHIFT && this.#freeCount[from - MIN_SHIFT] === 0) from++;
+    const address = from > SLAB_SHIFT ? this.#newSlab() * SLAB_BYTES : this.#pop(from);
+    if (from > SLAB_SHIFT) from = SLAB_SHIFT;
+    const slab = this.#slabs[Math.floor(address / SLAB_BYTES)] as Slab;
+    const offset = address % SLAB_BYTES;
     // Split down to the size asked for, each upper half free.
     while (from > shift) {
       from--;
-      this.#free[from - MIN_SHIFT]?.add(address + (1 << from));
+      this.#push(slab, address + (1 << from), from);
     }
-    const slab = this.#slabs[Math.floor(address / SLAB_BYTES)] as SharedArrayBuffer;
-    const block = Buffer.from(slab, address % SLAB_BYTES, 1 << shift);
-    this.#carved.set(block, { address, shift });
+    slab.starts[offset >> MIN_SHIFT] = shift;
     this.#inUse += 1 << shift;
-    return block;
+    return Buffer.from(slab.memory, offset, 1 << shift);
   }
 
-  /** Gives a block back; a buffer alloc did not return, or one given back already, is ignored. */
+  /**
+   * Gives a block back; a buffer alloc did not return is ignored, and so is one given back already, until its memory
+   * is carved again.
+   */
   free(block: Uint8Array): void {
-    const carved = this.#carved.get(block);
-    if (carved === undefined) return;
-    this.#carved.delete(block);
-    this.#inUse -= 1 << carved.shift;
-    let { address, shift } = carved;
+    const index = block.buffer instanceof SharedArrayBuffer ? this.#slabOf.get(block.buffer) : undefined;
+    if (index === undefined) return;
+    const slab = this.#slabs[index] as Slab;
+    let offset = block.byteOffset;
+    let shift = 31 - Math.clz32(block.length);
+    if (block.length !== 1 << shift || slab.starts[offset >> MIN_SHIFT] !== shift) return;
+    slab.starts[offset >> MIN_SHIFT] = 0;
+    this.#inUse -= 1 << shift;
     // Merged with its buddy while the buddy is free too.
     while (shift < SLAB_SHIFT) {
-      // Within its slab: an address past 2^31 (512 slabs) would not survive a bitwise operator whole.
-      const offset = address % SLAB_BYTES;
-      const buddy = address - offset + (offset ^ (1 << shift));
-      const free = this.#free[shift - MIN_SHIFT] as Set<number>;
-      if (!free.delete(buddy)) break;
-      address = Math.min(address, buddy);
+      const buddy = offset ^ (1 << shift);
+      if (slab.starts[buddy >> MIN_SHIFT] !== -shift) break;
+      slab.starts[buddy >> MIN_SHIFT] = 0;
+      this.#freeCount[shift - MIN_SHIFT] = (this.#freeCount[shift - MIN_SHIFT] ?? 0) - 1;
+      offset = Math.min(offset, buddy);
       shift++;
     }
-    const whole = this.#free[SLAB_SHIFT - MIN_SHIFT] as Set<number>;
-    if (shift === SLAB_SHIFT && whole.size >= this.#keepSlabs) {
-      this.#slabs[address / SLAB_BYTES] = undefined;
+    if (shift === SLAB_SHIFT && (this.#freeCount[CLASSES - 1] ?? 0) >= this.#keepSlabs) {
+      this.#slabs[index] = undefined;
+      this.#slabOf.delete(slab.memory);
       return;
     }
-    this.#free[shift - MIN_SHIFT]?.add(address);
+    this.#push(slab, index * SLAB_BYTES + offset, shift);
+  }
+
+  #push(slab: Slab, address: number, shift: number): void {
+    slab.starts[(address % SLAB_BYTES) >> MIN_SHIFT] = -shift;
+    const c = shift - MIN_SHIFT;
+    const stack = this.#free[c] as number[];
+    stack.push(address);
+    this.#freeCount[c] = (this.#freeCount[c] ?? 0) + 1;
+    if (stack.length > 64 && stack.length > 4 * (this.#freeCount[c] ?? 0)) this.#compact(shift);
+  }
+
+  /** A free block of this size, taken out of the free ones (there is one: #freeCount says so). */
+  #pop(shift: number): number {
+    const c = shift - MIN_SHIFT;
+    const stack = this.#free[c] as number[];
+    for (;;) {
+      const address = stack.pop() as number;
+      const slab = this.#slabs[Math.floor(address / SLAB_BYTES)];
+      const at = (address % SLAB_BYTES) >> MIN_SHIFT;
+      if (slab === undefined || slab.starts[at] !== -shift) continue;
+      slab.starts[at] = 0;
+      this.#freeCount[c] = (this.#freeCount[c] ?? 0) - 1;
+      return address;
+    }
+  }
+
+  /** Drops a size's stale entries, and the second of any address pushed twice while free. */
+  #compact(shift: number): void {
+    const c = shift - MIN_SHIFT;
+    const kept: number[] = [];
+    for (const address of this.#free[c] as number[]) {
+      const slab = this.#slabs[Math.floor(address / SLAB_BYTES)];
+      const at = (address % SLAB_BYTES) >> MIN_SHIFT;
+      if (slab === undefined || slab.starts[at] !== -shift) continue;
+      slab.starts[at] = 0; // marked as kept; set back below
+      kept.push(address);
+    }
+    for (const address of kept) {
+      (this.#slabs[Math.floor(address / SLAB_BYTES)] as Slab).starts[(address % SLAB_BYTES) >> MIN_SHIFT] = -shift;
+    }
+    this.#free[c] = kept;
   }
 
   #newSlab(): number {
-    const slab = new SharedArrayBuffer(SLAB_BYTES);
-    const empty = this.#slabs.indexOf(undefined);
-    if (empty >= 0) {
-      this.#slabs[empty] = slab;
-      return empty;
-    }
-    return this.#slabs.push(slab) - 1;
+    const slab = { memory: new SharedArrayBuffer(SLAB_BYTES), starts: new Int8Array(SLAB_BYTES >> MIN_SHIFT) };
+    let index = this.#slabs.indexOf(undefined);
+    if (index < 0) index = this.#slabs.push(slab) - 1;
+    else this.#slabs[index] = slab;
+    this.#slabOf.set(slab.memory, index);
+    return index;
   }
 }

@@ -71,3 +71,23 @@ test("whole free slabs past the few kept go; addresses past 2^31 (the 513th slab
   assert.equal(pool.inUse, 0);
   assert.equal(pool.held, 2 * SLAB_BYTES);
 });
+
+test("free blocks merged into their buddies are never carved twice, over rounds of churn", () => {
+  const pool = new BlockPool();
+  for (let round = 0; round < 20; round++) {
+    // Small blocks, given back in an order that merges most of them, then larger ones from the same memory.
+    const small = Array.from({ length: 3000 }, (_, i) => pool.alloc(MIN_BLOCK << (i % 3)));
+    for (let i = 0; i < small.length; i += 2) pool.free(small[i] as Buffer);
+    const large = Array.from({ length: 200 }, () => pool.alloc(8 * MIN_BLOCK));
+    const live = [...small.filter((_, i) => i % 2 === 1), ...large];
+    for (const buf of new Set(live.map((b) => b.buffer))) {
+      const inSlab = live
+        .filter((b) => b.buffer === buf)
+        .map(range)
+        .sort((a, b) => a[1] - b[1]);
+      for (let i = 1; i < inSlab.length; i++) assert.ok((inSlab[i - 1]?.[2] ?? 0) <= (inSlab[i]?.[1] ?? 0), "overlap");
+    }
+    for (const b of live) pool.free(b);
+    assert.equal(pool.inUse, 0);
+  }
+});
