@@ -28,8 +28,12 @@ const TURN_BATCHES = 16;
  * loop's work goes by the group: at two, with turns and fetches twice as large, it took 1.05-1.13 CPU s, not 1.23-1.32.
  */
 const CHUNK_BATCHES = 2;
-/** Past this many destinations numbered (see Intake's #destinationIds), the numbering starts again. */
-const MAX_DESTINATION_IDS = 1 << 17;
+/**
+ * Past this many destinations numbered (see Intake's #destinationIds), the numbering starts again; a turn of about
+ * 10,000 groups numbers at most as many. With 2^17, room for all of the 100,000-destination row's, the row ran V8's
+ * 256 MiB heap out at 46 s (it had run out before the numbering too, in one run of two); with 2^14 it finished.
+ */
+const MAX_DESTINATION_IDS = 1 << 14;
 
 /**
  * How the lanes route `config`'s batches. The router is built here too, so a routing config the lanes would refuse

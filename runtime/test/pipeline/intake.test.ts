@@ -86,6 +86,26 @@ test("a turn buffers destination by destination, as they first came, each one's 
   );
 });
 
+test("past 16,384 destinations numbered the numbering starts again: every record still reaches its own", async () => {
+  const h = harness();
+  // 20,000 destinations once each, then 2,000 records of some of them again, a batch of 100 at a time.
+  const orgOf = (offset: number): string => `o${offset < 20_000 ? offset : (offset * 7) % 20_000}`;
+  for (let first = 0; first < 22_000; first += 100) {
+    const orgs = Array.from({ length: 100 }, (_, i) => orgOf(first + i));
+    await h.intake.onBatch(batch(0, first, orgs));
+  }
+  await h.intake.idle();
+  const seen = new Set<number>();
+  for (const a of h.added) {
+    for (const o of a.offsets) {
+      assert.equal(a.key, `t/${orgOf(o)}`, `offset ${o} reached ${a.key}`);
+      seen.add(o);
+    }
+  }
+  assert.equal(seen.size, 22_000);
+  assert.equal(h.intake.received, 22_000);
+});
+
 test("past the flushes' bound a batch is buffered, and onBatch holds the transport until there is room", async () => {
   const h = harness();
   h.state.saturated = true;
