@@ -11,8 +11,9 @@
 // arrived in (pieces), and a flush hands those to its lane, which reads them where they lie. The event loop's two
 // copies of every record (into a buffer, then into shared memory for the lane) were a third of its time on the bench.
 // What is still buffered when a turn ends is copied into the buffer's own block (settle), so no reply stays pinned by a
-// buffer that flushes only at its age; a group of a few records is copied there at once (see VIEW_BYTES). Blocks come from a pool of shared memory (blocks.ts): a flush hands its block over as it
-// is, and the block goes back to the pool once the flush has landed (releaseFlush).
+// buffer that flushes only at its age; a group of a few records is copied there at once (see VIEW_BYTES). Blocks come
+// from a pool of shared memory (blocks.ts): a flush hands its block over as it is, and the block goes back to the pool
+// once the flush has landed (releaseFlush).
 import type { Hold } from "../delivery/hold.ts";
 import { codecLanes, copyInto } from "../codec/lanes.ts";
 import { BlockPool } from "./blocks.ts";
@@ -793,10 +794,7 @@ function grow(old: Buffer | undefined, used: number, need: number): Buffer {
   return next;
 }
 
-/**
- * `b`'s block, with room for `need` bytes. One taken back after a spill starts at half of what it held then, so it grows
- * once before its next spill rather than four times from MIN_BLOCK.
- */
+/** `b`'s block, with room for `need` bytes; a first block starts at half of what `b` reached before (see reached). */
 function blockRoom(b: HotBuffer, need: number): Buffer {
   if (b.data === undefined) b.data = grow(undefined, 0, Math.max(need, b.reached >> 1));
   else if (need > b.data.length) b.data = grow(b.data, b.blockLength, need);

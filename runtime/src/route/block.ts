@@ -68,8 +68,8 @@ export class GroupReader implements BufferedRecords {
 
   /** Reads the records of the group whose head is at `at` in `reply`. */
   read(reply: ReplyViews, at: number): void {
-    const n = reply.words[(at >> 2) + 1] ?? 0;
-    const offsetsAt = at + align8(8 + Math.max(0, keyLengthAt(reply, at)));
+    const n = countAt(reply, at);
+    const offsetsAt = offsetsAtOf(reply, at);
     const endsAt = offsetsAt + n * 8;
     this.count = n;
     this.data = reply.bytes;
@@ -82,6 +82,9 @@ export class GroupReader implements BufferedRecords {
 }
 
 const keyLengthAt = (reply: ReplyViews, at: number): number => (reply.words[at >> 2] ?? 0) | 0;
+const countAt = (reply: ReplyViews, at: number): number => reply.words[(at >> 2) + 1] ?? 0;
+/** Where the offsets of the group whose head is at `at` start: past its head and key. */
+const offsetsAtOf = (reply: ReplyViews, at: number): number => at + align8(8 + Math.max(0, keyLengthAt(reply, at)));
 
 /** The key of the group whose head is at `at`, or TOO_DEEP. */
 export function keyAt(reply: ReplyViews, at: number): string | typeof TOO_DEEP {
@@ -91,8 +94,8 @@ export function keyAt(reply: ReplyViews, at: number): string | typeof TOO_DEEP {
 
 /** Where the head of the group after the one at `at` lies. */
 export function nextGroup(reply: ReplyViews, at: number): number {
-  const n = reply.words[(at >> 2) + 1] ?? 0;
-  const endsAt = at + align8(8 + Math.max(0, keyLengthAt(reply, at))) + n * 8;
+  const n = countAt(reply, at);
+  const endsAt = offsetsAtOf(reply, at) + n * 8;
   return endsAt + align8(n * 4 + 4 + (reply.words[(endsAt + n * 4) >> 2] ?? 0));
 }
 
