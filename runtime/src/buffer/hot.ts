@@ -31,6 +31,13 @@ export const MIN_BUFFER_SHARE = 2048;
  */
 const MERGE_SEGMENTS = 8;
 /**
+ * While the spill's writes are backed up, a buffer merges only at this many segments: a merge's copy is a write that
+ * would wait in memory with them, and no intake waits on it. Uniform destinations reach MERGE_SEGMENTS together: on
+ * the 10,000-destination row their merges put 329 MiB of chunks on their way to file at once, against the spill's 32
+ * MiB cap, and RSS reached 696 MiB under a 512 MiB limit.
+ */
+const MERGE_SEGMENTS_BACKED_UP = 4 * MERGE_SEGMENTS;
+/**
  * A group of records this large or larger is held as a view of its route reply (a piece); a smaller one is copied into
  * the block at once. A view saves a copy only when its buffer flushes in the same turn, which a group of a few records
  * rarely takes a buffer to, and each view was an object that outlived the young generation when buffers held them
@@ -531,8 +538,12 @@ export class HotBufferPool {
     this.#flushDownTo((this.#boundBytes * 3) / 4);
   }
 
-  /** Memory runs short: flushes the largest buffers down to half of what they hold together. */
+  /**
+   * Memory runs short: flushes the largest buffers down to half of what they hold together. Not while the spill's
+   * writes are backed up: what it spilled would wait in memory with them, so nothing would be freed before they land.
+   */
   shed(): void {
+    if (this.#opts.spill?.backedUp === true) return;
     this.#flushDownTo(this.#bytes / 2);
   }
 
@@ -845,8 +856,10 @@ class AgeList {
  * MERGE_SEGMENTS, and each older one no more than twice what is merged after it. Sizes stay geometric, so a record is
  * copied again a handful of times before its flush, where merging them all at every MERGE_SEGMENTS copied a buffer
  * that took a record a turn up to flush_bytes over again each time.
+ * While the spill's writes are backed up, a merge waits up to MERGE_SEGMENTS_BACKED_UP (see there).
  */
 function mergeTail(segments: Segments, spill: Spill): void {
+  if (spill.backedUp && segmentCount(segments) < MERGE_SEGMENTS_BACKED_UP) return;
   let from = segmentCount(segments);
   let merged = 0;
   while (from > 0) {

@@ -664,6 +664,37 @@ test("a cold buffer taken back with 8 segments merges them in the spill, so it h
   assert.equal(spill.bytes, 0);
 });
 
+test("while the spill's writes are backed up, a cold buffer waits to merge and shed spills nothing", async (t) => {
+  // 16-byte chunks and a 1-byte cap: each segment seals the chunk before it, so the spill is backed up from the second
+  // segment until the writes land (nothing here awaits before then).
+  const spill = spillFor(t, 1 << 20, 1, 16);
+  const { p, flushed } = pool({ capBytes: 200, spill });
+  for (let round = 0; round < 8; round++) {
+    p.add("x", 0, rec(round, `x${round}`.padEnd(60, ".")));
+    p.add(`o${round}`, 1, rec(round, "o".repeat(45)));
+  }
+  assert.equal(spill.backedUp, true);
+  p.add("x", 0, rec(8, "x8"));
+  const held = p.stats().bytes;
+  assert.ok(held > 0);
+  p.shed();
+  assert.equal(p.stats().bytes, held, "nothing shed into a backed-up spill");
+  p.flushAll();
+  const x = flushed.find((b) => b.destination === "x") as FlushBatch;
+  assert.equal(segmentCount(x.spilled ?? []), 8, "its 8 segments left unmerged");
+  await spill.landed();
+  assert.deepEqual(
+    Buffer.concat(await flushPieces(x, spill))
+      .toString()
+      .split("\n")
+      .slice(0, -1)
+      .map((l) => l.replace(/\.+$/, "")),
+    ["x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8"],
+  );
+  for (const b of flushed) releaseFlush(b, spill);
+  assert.equal(spill.bytes, 0);
+});
+
 test("with the count full, a cold buffer takes records straight into the spill, newest segments merged; at flush_bytes it flushes whole", async (t) => {
   const spill = spillFor(t);
   const { p, flushed } = pool({ spill });
