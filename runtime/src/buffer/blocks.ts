@@ -159,3 +159,9 @@ export class BlockPool {
     return index;
   }
 }
+
+/**
+ * The process's pool: the hot buffers' blocks and the spill's chunks (spill.ts), so the memory a spill lets go is the
+ * memory the chunk holding it takes. A flush gives its block back wherever it lands.
+ */
+export const blocks = new BlockPool();

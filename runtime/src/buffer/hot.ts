@@ -16,7 +16,7 @@
 // once the flush has landed (releaseFlush).
 import type { Hold } from "../delivery/hold.ts";
 import { codecLanes, copyInto } from "../codec/lanes.ts";
-import { BlockPool } from "./blocks.ts";
+import { blocks } from "./blocks.ts";
 import { segmentBytes, segmentCount, type Segments, type Spill, type SpilledRecords } from "./spill.ts";
 
 /** The hot buffers together hold at most this many times flush_bytes (and never more than the shared cap). */
@@ -113,9 +113,6 @@ export interface BufferedRecords {
 export function joined(b: FlushBatch): Buffer {
   return Buffer.concat(b.pieces, b.bytes);
 }
-
-/** The hot buffers' blocks, one pool a process: a flush gives its block back wherever it lands. */
-const blocks = new BlockPool();
 
 /** What the spilled records of a batch were read back into, until releaseFlush. */
 const readBack = new WeakMap<FlushBatch, Buffer>();

@@ -9,18 +9,18 @@
 // Segments are copied into a chunk in memory, and a full chunk goes to file in one write. A write (and its promise,
 // its index buffers and its settle handlers) per segment was a third of what the event loop allocated at 10,000
 // destinations: 230,000 writes of about 6 KB for 2M records, each holding the buffer's memory until it landed. A
-// segment is read from its chunk while the chunk is in memory, from its file after.
+// segment is read from its chunk while the chunk is in memory, from its file after. Chunks are blocks of the hot
+// buffers' pool (blocks.ts), so a buffer spilled gives back the memory its chunk takes, and written one at a time.
 import { randomBytes } from "node:crypto";
 import { mkdirSync, readSync, rmSync } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
+import { blocks } from "./blocks.ts";
 
 /** A spill file past this size is closed for writing, and removed once nothing in it is read again. */
 const FILE_BYTES = 256 << 20;
 /** What a chunk gathers before it is written; a larger segment takes a chunk of its own. */
 const CHUNK_BYTES = 1 << 20;
-/** Chunks kept for the next ones once written. */
-const SPARE_CHUNKS = 2;
 
 interface SpillFile {
   readonly path: string;
@@ -38,6 +38,8 @@ interface Chunk {
   readonly id: number;
   /** What the chunk holds while it fills and until its write lands; for good if the write failed (a full spool). */
   block: Buffer | undefined;
+  /** What it takes before it is sealed: the pool's block may be larger. */
+  readonly room: number;
   length: number;
   file: SpillFile | undefined;
   at: number;
@@ -101,8 +103,6 @@ export class Spill {
   /** Chunks by id, while a segment in one may be read. */
   readonly #chunks = new Map<number, Chunk>();
   #chunkSeq = 0;
-  /** Chunk blocks written and kept for the next chunk. */
-  readonly #spare: Buffer[] = [];
   #seq = 0;
   /** Bytes of live segments, data and index. */
   #bytes = 0;
@@ -117,6 +117,8 @@ export class Spill {
   readonly #waiting: { bytes: number; go: () => void }[] = [];
   /** Settles once no chunk is on its way to file. */
   #landed: Promise<void> = Promise.resolve();
+  /** Settles once the last chunk's write has ended (never rejects): each write waits for the one before. */
+  #writes: Promise<void> = Promise.resolve();
   #land: (() => void) | undefined;
   #onLanded: (() => void) | undefined;
 
@@ -197,7 +199,7 @@ export class Spill {
   #reserve(bytes: number, records: number, runs: number, into: Segments): { chunk: Chunk; block: Buffer; at: number } {
     const length = bytes + records * 12 + runs * 4;
     let chunk = this.#chunk;
-    if (chunk !== undefined && chunk.length + length > (chunk.block?.length ?? 0)) {
+    if (chunk !== undefined && chunk.length + length > chunk.room) {
       this.#seal(chunk);
       chunk = undefined;
     }
@@ -212,10 +214,17 @@ export class Spill {
 
   /** A chunk to fill, with room for `length` at least. */
   #open(length: number): Chunk {
-    const block =
-      (length <= this.#chunkBytes ? this.#spare.pop() : undefined) ??
-      Buffer.allocUnsafeSlow(Math.max(this.#chunkBytes, length));
-    const chunk: Chunk = { id: this.#chunkSeq++, block, length: 0, file: undefined, at: 0, live: 0, state: "filling" };
+    const room = Math.max(this.#chunkBytes, length);
+    const chunk: Chunk = {
+      id: this.#chunkSeq++,
+      block: blocks.alloc(room),
+      room,
+      length: 0,
+      file: undefined,
+      at: 0,
+      live: 0,
+      state: "filling",
+    };
     this.#chunk = chunk;
     this.#chunks.set(chunk.id, chunk);
     return chunk;
@@ -245,7 +254,10 @@ export class Spill {
     const block = chunk.block as Buffer;
     const at = chunk.at;
     const length = chunk.length;
-    file.handle
+    // One write at a time: writes to a file wait in the kernel for its inode's lock (ext4, XFS), and a burst of them
+    // held 12-16 of libuv's 16 threads in ext4_buffered_write_iter, while files' opens and syncs queued behind.
+    this.#writes = this.#writes
+      .then(() => file.handle)
       .then(async (h) => {
         // A write may take less than asked; the rest goes again from where it stopped.
         for (let done = 0; done < length;) {
@@ -301,13 +313,13 @@ export class Spill {
     return made;
   }
 
-  /** The chunk's block goes back for the next chunk (a few are kept), or is dropped. */
+  /** The chunk's block goes back to the pool. */
   #freeBlock(chunk: Chunk): void {
     const block = chunk.block;
     chunk.block = undefined;
     if (block === undefined) return;
     this.#memory -= chunk.length;
-    if (block.length === this.#chunkBytes && this.#spare.length < SPARE_CHUNKS) this.#spare.push(block);
+    blocks.free(block);
   }
 
   /** Reads the segments' records into `into`, end to end: from their chunks where in memory, else from file. */

@@ -14,6 +14,7 @@ import {
   type FlushBatch,
   VIEW_BYTES,
 } from "../../src/buffer/hot.ts";
+import { blocks } from "../../src/buffer/blocks.ts";
 import { segmentCount, Spill, type Segments } from "../../src/buffer/spill.ts";
 import type { Hold } from "../../src/delivery/hold.ts";
 import { OffsetTracker } from "../../src/delivery/tracker.ts";
@@ -492,6 +493,22 @@ test("reads wait within the read cap, and the budget bounds what is spilled", as
   assert.equal(spill.room(100 - 26), true);
   assert.equal(spill.room(100 - 25), false, "the budget counts what is spilled, index too");
   spill.release(s);
+  await spill.close();
+});
+
+test("a chunk's memory comes from the blocks' pool, and goes back to it once its write lands", async (t) => {
+  const spill = spillFor(t, 1 << 20, 1 << 20, 4096);
+  const before = blocks.inUse;
+  const segments: Segments = [];
+  const write = () =>
+    spill.write([Buffer.alloc(3000, 97)], 3000, new Uint32Array([3000]), new Float64Array([0]), [0, 1, 3000], segments);
+  write();
+  assert.equal(blocks.inUse, before + 4096, "the chunk filling");
+  write();
+  assert.equal(blocks.inUse, before + 8192, "the first chunk on its way to file, the second filling");
+  await spill.landed();
+  assert.equal(blocks.inUse, before + 4096, "the written chunk's block is back in the pool");
+  spill.release(segments);
   await spill.close();
 });
 
