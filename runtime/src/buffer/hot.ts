@@ -297,6 +297,8 @@ export class HotBufferPool {
   readonly #now: () => number;
   /** Every buffer, by destination. */
   readonly #byDestination = new Map<string, HotBuffer>();
+  /** The drain's pass over the buffers while it waits for room (see flushAll). */
+  #draining: Generator<HotBuffer> | undefined;
   /**
    * Buffers holding records in memory, in recency order. The others are cold: all their records are spilled, they hold
    * no memory beside their own state, and do not count against the count bound. One is taken back into #buffers by its
@@ -689,13 +691,31 @@ export class HotBufferPool {
     list.compact();
   }
 
-  /** Flushes every buffer (shutdown, reload) while `room` says more may go in flight; true once none is left. */
+  /**
+   * Flushes every buffer (the drain) while `room` says more may go in flight; true once none is left. A call that runs
+   * out of room leaves its pass where it stopped, and the next call goes on from there: started over at each call,
+   * the drain of a skewed workload's 49,000 destinations walked past every buffer already flushed each time room came
+   * free, 5.2 s of the event loop's 42 s.
+   */
   flushAll(room: () => boolean = () => true): boolean {
-    for (const b of this.#all()) {
+    this.#draining ??= this.#drainOrder();
+    for (;;) {
       if (!room()) return false;
-      this.#flush(b, "drain");
+      const next = this.#draining.next();
+      if (next.done === true) break;
+      this.#flush(next.value, "drain");
     }
+    this.#draining = undefined;
     return true;
+  }
+
+  /**
+   * The drain's order: the buffers in memory first, then every one left (the cold ones, and any taken in since the
+   * pass began). Map iterators see deletions and additions made while they are paused.
+   */
+  *#drainOrder(): Generator<HotBuffer> {
+    for (const b of this.#byDestination.values()) if (!b.cold) yield b;
+    for (const b of this.#byDestination.values()) yield b;
   }
 
   /** Every buffer, in memory first, then cold; one flushed meanwhile is skipped (a Map's iterator skips it). */

@@ -618,6 +618,31 @@ test("flushAll stops when there is no room and says whether any buffer is left",
   assert.equal(flushed.length, 3);
 });
 
+test("a drain out of room goes on where it stopped, each buffer flushed once, those taken in meanwhile too", async (t) => {
+  const { p, flushed, spill } = spillingPool(t);
+  // A 100-byte bound: "a" and "b" spill (cold) as "c" and "d" come in.
+  for (const d of ["a", "b", "c", "d"]) p.add(d, 0, rec(0, d.repeat(45)));
+  let calls = 0;
+  for (let once = true; ; once = false) {
+    calls++;
+    let room = 1;
+    if (p.flushAll(() => room-- > 0)) break;
+    if (!once) continue;
+    // After "c": "a" is taken back into memory, and "e" comes in.
+    p.add("a", 0, rec(1, "a2"));
+    p.add("e", 0, rec(2, "e"));
+  }
+  // Started over at each call, the pass would have flushed "a" second, the first buffer in memory.
+  assert.deepEqual(
+    flushed.map((f) => f.destination),
+    ["c", "d", "e", "a", "b"],
+  );
+  assert.equal(calls, 6, "one flush a call, and a last call that finds none left");
+  const a = flushed.find((f) => f.destination === "a") as FlushBatch;
+  assert.deepEqual(Buffer.concat(await flushPieces(a, spill)).toString(), `${"a".repeat(45)}\na2\n`);
+  for (const b of flushed) releaseFlush(b, spill);
+});
+
 test("past coldPast destinations, a buffer small at flush_age spills, and flushes once it is coldAgeMs old", async (t) => {
   const spill = spillFor(t);
   const { p, flushed, advance } = pool({ spill, coldAgeMs: 300_000, coldPast: 1 });
