@@ -512,6 +512,25 @@ test("a chunk's memory comes from the blocks' pool, and goes back to it once its
   await spill.close();
 });
 
+test("reads waiting for room go in the order they came, however many wait", async (t) => {
+  const spill = spillFor(t, 100, 10);
+  await spill.take(10);
+  const order: number[] = [];
+  const all = Array.from({ length: 3000 }, (_, i) =>
+    spill.take(1).then(() => {
+      order.push(i);
+      spill.give(1);
+    }),
+  );
+  spill.give(10);
+  await Promise.all(all);
+  assert.deepEqual(
+    order,
+    Array.from({ length: 3000 }, (_, i) => i),
+  );
+  await spill.close();
+});
+
 test("past the cap of chunks on their way to file the spill is backed up, and says when a write lands", async (t) => {
   // Each 26-byte segment overflows a 16-byte chunk: it takes one of its own, and seals the one before. A 100-byte cap.
   const spill = spillFor(t, 1 << 20, 100, 16);
