@@ -96,6 +96,37 @@ test("one destination's frames reach its writer in flush order; another destinat
   assert.ok(h.flushes.settled);
 });
 
+test("past 256 flushes started the rest wait as batches, start in order as others end, and landedSoFar waits for them", async () => {
+  const h = harness();
+  for (let i = 0; i < 256; i++) h.flushes.flush(batch(`a${i}`, "1"));
+  h.flushes.flush(batch("a0", "2"));
+  h.flushes.flush(batch("b", "1"));
+  await turn();
+  assert.equal(h.pending.length, 256, "the two past 256 wait, b's too though nothing of b runs");
+  assert.equal(h.flushes.hasRoom(), false);
+  let soFar = false;
+  const landedSoFar = h.flushes.landedSoFar().then(() => (soFar = true));
+  h.take("a1:1").land();
+  await turn();
+  // a0's second starts, behind its first: nothing new reaches the writer.
+  assert.equal(h.pending.length, 255);
+  h.take("a2:1").land();
+  await turn();
+  assert.ok(
+    h.pending.some((p) => p.text === "b:1"),
+    "b's starts once another ends",
+  );
+  for (let i = 0; i < 256; i++) if (i !== 1 && i !== 2) h.take(`a${i}:1`).land();
+  await turn();
+  assert.equal(soFar, false, "a0's second and b's are still in flight");
+  h.take("a0:2").land();
+  h.take("b:1").land();
+  await landedSoFar;
+  assert.deepEqual(h.landed.slice(-2), ["a0:2", "b:1"]);
+  assert.ok(h.flushes.settled);
+  assert.ok(h.flushes.hasRoom());
+});
+
 test("past the bytes in flight, intake waits for room, and has it once a flush lands", async () => {
   const h = harness(10);
   h.flushes.flush(batch("a", "0123456789"));
