@@ -699,27 +699,33 @@ test("past coldPast destinations, a buffer small at flush_age spills, and flushe
   assert.equal(spill.bytes, 0);
 });
 
-test("a cold buffer taken back with 8 segments merges them in the spill, so it holds a few numbers", async (t) => {
-  // A 100-byte bound: each round "x" (61 bytes a record) is taken back, then relieved for another destination's 46.
-  const { spill, p, flushed } = spillingPool(t);
+/** "x" takes a record of 61 bytes and is relieved for another destination's 46, 8 times (a 100-byte bound). */
+function takeBackEightTimes(p: HotBufferPool): void {
   for (let round = 0; round < 8; round++) {
     p.add("x", 0, rec(round, `x${round}`.padEnd(60, ".")));
     p.add(`o${round}`, 1, rec(round, "o".repeat(45)));
   }
+}
+
+/** A flushed batch's records, spilled ones first, without the dots that padded them. */
+async function unpadded(b: FlushBatch, spill: Spill): Promise<string[]> {
+  return Buffer.concat(await flushPieces(b, spill))
+    .toString()
+    .split("\n")
+    .slice(0, -1)
+    .map((l) => l.replace(/\.+$/, ""));
+}
+
+test("a cold buffer taken back with 8 segments merges them in the spill, so it holds a few numbers", async (t) => {
+  const { spill, p, flushed } = spillingPool(t);
+  takeBackEightTimes(p);
   assert.equal(flushed.length, 0);
   p.add("x", 0, rec(8, "x8"));
   p.flushAll();
   const x = flushed.find((b) => b.destination === "x") as FlushBatch;
   // Eight of a size merge as one in the spill; x8 stays in memory behind them.
   assert.equal(segmentCount(x.spilled ?? []), 1, "its 8 segments merged as one");
-  assert.deepEqual(
-    Buffer.concat(await flushPieces(x, spill))
-      .toString()
-      .split("\n")
-      .slice(0, -1)
-      .map((l) => l.replace(/\.+$/, "")),
-    ["x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8"],
-  );
+  assert.deepEqual(await unpadded(x, spill), ["x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8"]);
   assert.deepEqual([...wholeBatch(x, spill).offsets], [0, 1, 2, 3, 4, 5, 6, 7, 8]);
   for (const b of flushed) releaseFlush(b, spill);
   assert.equal(spill.bytes, 0);
@@ -730,10 +736,7 @@ test("while the spill's writes are backed up, a cold buffer waits to merge and s
   // segment until the writes land (nothing here awaits before then).
   const spill = spillFor(t, 1 << 20, 1, 16);
   const { p, flushed } = pool({ capBytes: 200, spill });
-  for (let round = 0; round < 8; round++) {
-    p.add("x", 0, rec(round, `x${round}`.padEnd(60, ".")));
-    p.add(`o${round}`, 1, rec(round, "o".repeat(45)));
-  }
+  takeBackEightTimes(p);
   assert.equal(spill.backedUp, true);
   p.add("x", 0, rec(8, "x8"));
   const held = p.stats().bytes;
@@ -744,14 +747,7 @@ test("while the spill's writes are backed up, a cold buffer waits to merge and s
   const x = flushed.find((b) => b.destination === "x") as FlushBatch;
   assert.equal(segmentCount(x.spilled ?? []), 8, "its 8 segments left unmerged");
   await spill.landed();
-  assert.deepEqual(
-    Buffer.concat(await flushPieces(x, spill))
-      .toString()
-      .split("\n")
-      .slice(0, -1)
-      .map((l) => l.replace(/\.+$/, "")),
-    ["x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8"],
-  );
+  assert.deepEqual(await unpadded(x, spill), ["x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8"]);
   for (const b of flushed) releaseFlush(b, spill);
   assert.equal(spill.bytes, 0);
 });
