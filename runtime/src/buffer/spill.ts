@@ -15,6 +15,7 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync, readSync, rmSync } from "node:fs";
 import { open, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
+import { Fifo } from "../fifo.ts";
 import { blocks } from "./blocks.ts";
 
 /** A spill file past this size is closed for writing, and removed once nothing in it is read again. */
@@ -114,12 +115,7 @@ export class Spill {
   /** Bytes read back and not yet given back (see take), and the reads waiting for room. */
   #reading = 0;
   readonly #ioCap: number;
-  /**
-   * Reads waiting for room, in order from #waitHead: shifted one at a time, a queue of 32,000 reads (100,000
-   * destinations) was copied whole at each shift, 0.7 s of the event loop.
-   */
-  #waiting: ({ bytes: number; go: () => void } | undefined)[] = [];
-  #waitHead = 0;
+  readonly #waiting = new Fifo<{ bytes: number; go: () => void }>();
   /** Settles once no chunk is on its way to file. */
   #landed: Promise<void> = Promise.resolve();
   /** Settles once the last chunk's write has ended (never rejects): each write waits for the one before. */
@@ -460,7 +456,7 @@ export class Spill {
 
   /** Waits for room to read back `bytes` (given back with give); one read always goes, however large. */
   take(bytes: number): Promise<void> {
-    if (this.#waitHead === this.#waiting.length && !this.#full(bytes)) {
+    if (this.#waiting.length === 0 && !this.#full(bytes)) {
       this.#reading += bytes;
       return Promise.resolve();
     }
@@ -469,22 +465,11 @@ export class Spill {
 
   give(bytes: number): void {
     this.#reading -= bytes;
-    for (
-      let next = this.#waiting[this.#waitHead];
-      next !== undefined && !this.#full(next.bytes);
-      next = this.#waiting[this.#waitHead]
-    ) {
-      this.#waiting[this.#waitHead++] = undefined;
+    for (let next = this.#waiting.peek(); next !== undefined && !this.#full(next.bytes); next = this.#waiting.peek()) {
+      this.#waiting.shift();
       // Counted by the one that lets it go, so the next in line sees it.
       this.#reading += next.bytes;
       next.go();
-    }
-    if (
-      this.#waitHead === this.#waiting.length ||
-      (this.#waitHead > 1024 && this.#waitHead * 2 > this.#waiting.length)
-    ) {
-      this.#waiting = this.#waiting.slice(this.#waitHead);
-      this.#waitHead = 0;
     }
   }
 

@@ -11,6 +11,7 @@ import { ArchiverError, isRetryable } from "../errors.ts";
 import type { Health } from "../observe/health.ts";
 import type { Metrics } from "../observe/metrics.ts";
 import type { SinkTally } from "../regulate/circuit.ts";
+import { Fifo } from "../fifo.ts";
 import { backoffDelay, type Backoff } from "../store/backoff.ts";
 import { setTimeout as sleep } from "node:timers/promises";
 
@@ -68,13 +69,8 @@ export class Flushes {
   #drainStartedAt: number | undefined;
   /** Flushes started and not ended. */
   #running = 0;
-  /** Flushes not yet started (see MAX_FLUSHES_IN_FLIGHT), in order from #queueHead, and when each was flushed. */
-  #queued: (FlushBatch | undefined)[] = [];
-  #queuedAt: number[] = [];
-  #queueHead = 0;
-  /** Flushes ever queued, and ever started from the queue (see landedSoFar). */
-  #queuedCount = 0;
-  #dequeuedCount = 0;
+  /** Flushes not yet started (see MAX_FLUSHES_IN_FLIGHT), and when each was flushed. */
+  readonly #queued = new Fifo<{ batch: FlushBatch; started: number }>();
 
   constructor(deps: FlushesDeps) {
     this.#d = deps;
@@ -98,9 +94,7 @@ export class Flushes {
     this.#depth.set(b.destination, depth);
     if (depth === MAX_FLUSHES_A_DESTINATION) this.#deep++;
     if (this.#running >= MAX_FLUSHES_IN_FLIGHT) {
-      this.#queued.push(b);
-      this.#queuedAt.push(started);
-      this.#queuedCount++;
+      this.#queued.push({ batch: b, started });
       return;
     }
     this.#start(b, started);
@@ -142,17 +136,10 @@ export class Flushes {
 
   /** Starts queued flushes, oldest first, while fewer than MAX_FLUSHES_IN_FLIGHT run. */
   #startQueued(): void {
-    while (this.#running < MAX_FLUSHES_IN_FLIGHT && this.#queueHead < this.#queued.length) {
-      const b = this.#queued[this.#queueHead] as FlushBatch;
-      const started = this.#queuedAt[this.#queueHead] as number;
-      this.#queued[this.#queueHead++] = undefined;
-      this.#dequeuedCount++;
-      this.#start(b, started);
-    }
-    if (this.#queueHead > 0 && this.#queueHead * 2 >= this.#queued.length) {
-      this.#queued = this.#queued.slice(this.#queueHead);
-      this.#queuedAt = this.#queuedAt.slice(this.#queueHead);
-      this.#queueHead = 0;
+    while (this.#running < MAX_FLUSHES_IN_FLIGHT) {
+      const next = this.#queued.shift();
+      if (next === undefined) return;
+      this.#start(next.batch, next.started);
     }
   }
 
@@ -230,7 +217,7 @@ export class Flushes {
   hasRoom(): boolean {
     return (
       this.#inflightBytes <= this.#d.inflightCap &&
-      this.#inflight.size + this.#queued.length - this.#queueHead <= MAX_FLUSHES_IN_FLIGHT &&
+      this.#inflight.size + this.#queued.length <= MAX_FLUSHES_IN_FLIGHT &&
       this.#d.writers.completing <= MAX_COMPLETING
     );
   }
@@ -266,9 +253,9 @@ export class Flushes {
    * not waited for. While one queued now has not started, some flush runs (a flush is queued only behind running ones).
    */
   async landedSoFar(): Promise<void> {
-    const upTo = this.#queuedCount;
+    const upTo = this.#queued.taken + this.#queued.length;
     for (;;) {
-      const allStarted = this.#dequeuedCount >= upTo;
+      const allStarted = this.#queued.taken >= upTo;
       await Promise.allSettled([...this.#inflight]);
       if (allStarted) return;
     }

@@ -18,6 +18,7 @@ import { readFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ResolvedConfig } from "../config/resolve.ts";
 import { ArchiverError, ConfigError } from "../errors.ts";
+import { Fifo } from "../fifo.ts";
 import type { InboundRecord, RecordsBatch } from "../records.ts";
 import { pushService, PUSHBACK_TRAILER, type PushRequest, type PushResponse } from "./push-proto.ts";
 import type { Transport, TransportSink } from "./types.ts";
@@ -95,9 +96,8 @@ export class GrpcTransport implements Transport {
   readonly #opts: GrpcTransportOptions;
   readonly #server: Server;
   readonly #log: Logger;
-  /** FIFO of pushes grouped by routing key, read from #head; compacted as it drains. */
-  #queue: Queued[] = [];
-  #head = 0;
+  /** Pushes grouped by routing key, in arrival order. */
+  readonly #queue = new Fifo<Queued>();
   #queued = 0;
   /** Offsets number the records in arrival order, one sequence for every routing key. */
   #seq = 0;
@@ -310,24 +310,21 @@ export class GrpcTransport implements Transport {
 
   /** Joins the queue's head entries that share a routing key, up to MAX_BATCH_RECORDS. */
   #take(): RecordsBatch {
-    const first = this.#queue[this.#head++] as Queued;
+    const first = this.#queue.shift() as Queued;
     const parts = [first.records];
     let n = first.records.length;
-    for (let next = this.#queue[this.#head]; next !== undefined; next = this.#queue[++this.#head]) {
+    for (let next = this.#queue.peek(); next !== undefined; next = this.#queue.peek()) {
       if (next.topic !== first.topic || n + next.records.length > MAX_BATCH_RECORDS) break;
+      this.#queue.shift();
       parts.push(next.records);
       n += next.records.length;
-    }
-    if (this.#head > 1024 && this.#head * 2 > this.#queue.length) {
-      this.#queue = this.#queue.slice(this.#head);
-      this.#head = 0;
     }
     return { topic: first.topic, partition: 0, records: parts.length === 1 ? first.records : parts.flat() };
   }
 
   async #pump(sink: TransportSink): Promise<void> {
     for (;;) {
-      const empty = this.#head >= this.#queue.length;
+      const empty = this.#queue.length === 0;
       if (empty && this.#stopping) return;
       // Paused, the queue is held as Kafka's fetched data would be; at shutdown it is handed on regardless.
       if (empty || (this.#paused && !this.#stopping)) {
