@@ -14,6 +14,7 @@ import type { Codec } from "../codec/index.ts";
 import { ArchiverError, ConfigError } from "../errors.ts";
 import type { Metrics } from "../observe/metrics.ts";
 import type { ArchiveFile, ArchiveStore, Retry } from "../store/types.ts";
+import { appendTo } from "../lists.ts";
 import { expandPathTemplate, type TemplatePart } from "./path.ts";
 
 export type RollTrigger = "size" | "interval" | "evict" | "shutdown" | "revoke";
@@ -126,9 +127,9 @@ interface OpenFile<T> {
   readonly openedAt: number;
   /** When its oldest record arrived: its age for the roll interval. */
   oldest: number;
-  readonly tickets: T[];
-  readonly blockLengths: number[];
-  readonly blockRecords: number[];
+  tickets: T[];
+  blockLengths: number[];
+  blockRecords: number[];
   records: number;
   rawBytes: number;
   rollQueued: boolean;
@@ -439,10 +440,10 @@ class Pool<T> implements WriterPool<T> {
       await this.#cutBack(w, f, before);
       throw err;
     }
-    f.blockLengths.push(length);
-    f.blockRecords.push(records);
+    f.blockLengths = appendTo(f.blockLengths, length);
+    f.blockRecords = appendTo(f.blockRecords, records);
     const lastTicket = f.tickets[f.tickets.length - 1];
-    if (lastTicket === undefined || !this.#o.merge?.(lastTicket, ticket)) f.tickets.push(ticket);
+    if (lastTicket === undefined || !this.#o.merge?.(lastTicket, ticket)) f.tickets = appendTo(f.tickets, ticket);
     f.records += records;
     f.rawBytes += rawBytes;
     if (since < f.oldest) f.oldest = since;

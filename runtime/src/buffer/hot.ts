@@ -16,6 +16,7 @@
 // once the flush has landed (releaseFlush).
 import type { Hold } from "../delivery/hold.ts";
 import { codecLanes, copyInto } from "../codec/lanes.ts";
+import { appendTo, EMPTY } from "../lists.ts";
 import { blocks } from "./blocks.ts";
 import { segmentBytes, segmentCount, type Segments, type Spill, type SpilledRecords } from "./spill.ts";
 
@@ -219,7 +220,7 @@ class HotBuffer {
   data: Buffer | undefined;
   blockLength = 0;
   /** The rest, in order: views of route replies, each leased (Lanes.leaseReply) until copied or flushed. */
-  pieces: Buffer[] = [];
+  pieces: Buffer[] = EMPTY;
   length = 0;
   records = 0;
   ends: Uint32Array | undefined;
@@ -227,7 +228,7 @@ class HotBuffer {
   /** The pooled block `offsets` then `ends` lie in. */
   index: Buffer | undefined;
   /** Runs of consecutive records from one partition slot: [slot, records, endByte] triples. */
-  runs: number[] = [];
+  runs: number[] = EMPTY;
   hold: Hold | undefined;
   openedAt = 0;
   /** Records spilled ahead of what the buffer holds in memory, in order (made at the first spill). */
@@ -377,15 +378,21 @@ export class HotBufferPool {
     if (!spill.room(bytes + n * 12)) return false;
     const data = records.data.subarray(records.dataAt, records.dataAt + bytes);
     const groupOffsets = offsets.subarray(offsetsAt, offsetsAt + n);
-    b.segments ??= [];
-    spill.write([data], bytes, ends.subarray(endsAt, endsAt + n), groupOffsets, [slot, n, bytes], b.segments);
+    b.segments = spill.write(
+      [data],
+      bytes,
+      ends.subarray(endsAt, endsAt + n),
+      groupOffsets,
+      [slot, n, bytes],
+      b.segments,
+    );
     let min = Infinity;
     for (const o of groupOffsets) if (o < min) min = o;
     b.hold.addRun(slot, min, n);
     b.spilledBytes += bytes;
     b.spilledRecords += n;
     this.#records += n;
-    if (segmentCount(b.segments) >= MERGE_SEGMENTS) mergeTail(b.segments, spill);
+    if (segmentCount(b.segments) >= MERGE_SEGMENTS) b.segments = mergeTail(b.segments, spill);
     return true;
   }
 
@@ -411,7 +418,7 @@ export class HotBufferPool {
       b.cold = false;
       const spill = this.#opts.spill;
       if (spill !== undefined && b.segments !== undefined && segmentCount(b.segments) >= MERGE_SEGMENTS) {
-        mergeTail(b.segments, spill);
+        b.segments = mergeTail(b.segments, spill);
       }
     }
     this.#buffers.push(b);
@@ -441,7 +448,7 @@ export class HotBufferPool {
         b.pieces[b.pieces.length - 1] = Buffer.from(memory, last.byteOffset, last.length + bytes);
       } else {
         if (b.pieces.length === 0) this.#unsettled.push(b);
-        b.pieces.push(records.data.subarray(dataAt, dataAt + bytes));
+        b.pieces = appendTo(b.pieces, records.data.subarray(dataAt, dataAt + bytes));
         codecLanes().leaseReply(memory);
       }
     } else {
@@ -470,7 +477,7 @@ export class HotBufferPool {
     if (n > 0 && r[n - 3] === slot) {
       r[n - 2] = (r[n - 2] ?? 0) + count;
       r[n - 1] = need;
-    } else r.push(slot, count, need);
+    } else b.runs = appendTo(r, slot, count, need);
     b.hold.addRun(slot, min, count);
   }
 
@@ -484,7 +491,7 @@ export class HotBufferPool {
       at += piece.length;
       codecLanes().releaseReply(piece.buffer as SharedArrayBuffer);
     }
-    b.pieces = [];
+    b.pieces = EMPTY;
     b.blockLength = b.length;
   }
 
@@ -523,7 +530,7 @@ export class HotBufferPool {
       spilledBytes: b.spilledBytes,
     };
     // The batch has the block and the pieces now: a settle must not copy and release what the flush still reads.
-    b.pieces = [];
+    b.pieces = EMPTY;
     b.data = undefined;
     b.index = undefined;
     this.#opts.onFlush(batch);
@@ -584,8 +591,7 @@ export class HotBufferPool {
     }
     if (b.ends !== undefined && b.offsets !== undefined && b.records > 0) {
       const head = b.data === undefined || b.blockLength === 0 ? [] : [b.data.subarray(0, b.blockLength)];
-      b.segments ??= [];
-      spill.write(
+      b.segments = spill.write(
         [...head, ...b.pieces],
         b.length,
         b.ends.subarray(0, b.records),
@@ -604,8 +610,8 @@ export class HotBufferPool {
     freeBlocks(b);
     b.ends = undefined;
     b.offsets = undefined;
-    b.pieces = [];
-    b.runs = [];
+    b.pieces = EMPTY;
+    b.runs = EMPTY;
     b.length = 0;
     b.blockLength = 0;
     b.records = 0;
@@ -875,8 +881,8 @@ class AgeList {
  * that took a record a turn up to flush_bytes over again each time.
  * While the spill's writes are backed up, a merge waits up to MERGE_SEGMENTS_BACKED_UP (see there).
  */
-function mergeTail(segments: Segments, spill: Spill): void {
-  if (spill.backedUp && segmentCount(segments) < MERGE_SEGMENTS_BACKED_UP) return;
+function mergeTail(segments: Segments, spill: Spill): Segments {
+  if (spill.backedUp && segmentCount(segments) < MERGE_SEGMENTS_BACKED_UP) return segments;
   let from = segmentCount(segments);
   let merged = 0;
   while (from > 0) {
@@ -885,7 +891,7 @@ function mergeTail(segments: Segments, spill: Spill): void {
     merged += older;
     from--;
   }
-  spill.merge(segments, from);
+  return spill.merge(segments, from);
 }
 
 /** The power of two a buffer's length is at or above: 0 for an empty one. */

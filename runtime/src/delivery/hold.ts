@@ -1,6 +1,7 @@
 // A hold: the offsets of the records one flush (or one file) carries, kept by span rather than per record.
 // Per partition slot it keeps only the lowest offset and the count, because the commit floor of a partition is the
 // lowest offset any unreleased hold carries: every offset below it belongs to a hold already released.
+import { appendTo } from "../lists.ts";
 
 /**
  * What the open holds share with their tracker: their records and bytes together, kept as they change (summing ten
@@ -22,7 +23,7 @@ export class Hold {
    * Per partition slot (see OffsetTracker.slot), three numbers: the slot, its lowest offset and its record count. One
    * array, not three: 100,000 destinations' holds held 45 MB of array storage as three.
    */
-  readonly parts: number[] = [];
+  parts: number[] = [];
   #last = -1;
 
   add(slot: number, offset: number): void {
@@ -45,14 +46,19 @@ export class Hold {
       i = this.#find(slot);
       if (i < 0) {
         i = p.length;
-        p.push(slot, min, 0);
-        if (this.tally !== undefined) this.tally.bytes += PART_BYTES;
+        this.#push(slot, min, 0);
       }
       this.#last = i;
     }
-    p[i + 2] = (p[i + 2] ?? 0) + count;
-    if (min < (p[i + 1] ?? min)) p[i + 1] = min;
+    const q = this.parts;
+    q[i + 2] = (q[i + 2] ?? 0) + count;
+    if (min < (q[i + 1] ?? min)) q[i + 1] = min;
     if (this.tally !== undefined) this.tally.records += count;
+  }
+
+  #push(slot: number, min: number, count: number): void {
+    this.parts = appendTo(this.parts, slot, min, count);
+    if (this.tally !== undefined) this.tally.bytes += PART_BYTES;
   }
 
   /** Takes over another hold's records (the same file holds both). */
@@ -63,10 +69,8 @@ export class Hold {
       const min = o[i + 1] ?? 0;
       const count = o[i + 2] ?? 0;
       const j = this.#find(slot);
-      if (j < 0) {
-        this.parts.push(slot, min, count);
-        if (this.tally !== undefined) this.tally.bytes += PART_BYTES;
-      } else {
+      if (j < 0) this.#push(slot, min, count);
+      else {
         this.parts[j + 2] = (this.parts[j + 2] ?? 0) + count;
         if (min < (this.parts[j + 1] ?? min)) this.parts[j + 1] = min;
       }

@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 import type { Codec } from "../codec/index.ts";
 import { codecLanes, type AppendTarget, type LaneFailure } from "../codec/lanes.ts";
 import { ArchiverError } from "../errors.ts";
-import { errnoOf, fsError, partialPath, syncDir } from "./fs.ts";
+import { errnoOf, flat, fsError, partialPath, syncDir } from "./fs.ts";
 import type { PartialJournal } from "./partials.ts";
 import { once, type ArchiveFile, type ArchiveStore, type FileMeta, type Retry } from "./types.ts";
 
@@ -75,9 +75,9 @@ class LocalFile implements ArchiveFile {
 
   constructor(store: FileStore, relPath: string, path: string, handle: FileHandle) {
     this.#store = store;
-    this.relPath = relPath;
-    this.#path = path;
-    this.#partial = store.publish ? partialPath(path) : path;
+    this.relPath = flat(relPath);
+    this.#path = flat(path);
+    this.#partial = store.publish ? flat(partialPath(path)) : this.#path;
     this.#handle = handle;
   }
 

@@ -47,6 +47,16 @@ export function partialPath(path: string): string {
 }
 
 /**
+ * `s` made one flat string in place, for a name kept as long as its file. Built by concatenation, a path is a tree of
+ * its pieces (a rope) until something reads it whole: 17,000 open files' hidden names were 224,000 pieces, 13 MiB of a
+ * 100,000-destination heap. Reading it as a number is what flattens it, in V8; the value is left as it was.
+ */
+export function flat(s: string): string {
+  Number(s);
+  return s;
+}
+
+/**
  * fsync of a directory: makes the entries created in it durable. On descriptors, not a FileHandle: a drain syncs
  * thousands of directories at once, and 5,101 took 90-98 ms this way against 130-165 ms through FileHandles.
  */

@@ -406,16 +406,16 @@ test("segments gather in a chunk in memory; a full chunk goes to file in one wri
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   // Chunks of 64 bytes: a segment of "hello\n" takes 6 + 12 + 12 bytes, so two fill one.
   const spill = new Spill(dir, 1 << 20, 100, 64);
-  const segments: Segments = [];
+  let segments: Segments = [];
   const one = () =>
-    spill.write(
+    (segments = spill.write(
       [Buffer.from("hel"), Buffer.from("lo\n")],
       6,
       new Uint32Array([6]),
       new Float64Array([7]),
       [3, 1, 6],
       segments,
-    );
+    ));
   one();
   one();
   assert.equal(spill.memory, 60, "in memory until its chunk is full");
@@ -445,7 +445,7 @@ test("a merge copies segments from file and from memory into one, their ends and
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   // Chunks of 128 bytes: the first segments go to file, the last stay in the chunk filling.
   const spill = new Spill(dir, 1 << 20, 1 << 20, 128);
-  const segments: Segments = [];
+  let segments: Segments = [];
   const parts = [
     { values: ["a1", "a22"], first: 10, runs: [0, 2, 7] },
     { values: ["b333"], first: 20, runs: [1, 1, 5] },
@@ -457,12 +457,12 @@ test("a merge copies segments from file and from memory into one, their ends and
     let end = 0;
     const ends = new Uint32Array(values.map((v) => (end += v.length + 1)));
     const offsets = new Float64Array(values.map((_, i) => first + i));
-    spill.write([data], data.length, ends, offsets, runs, segments);
+    segments = spill.write([data], data.length, ends, offsets, runs, segments);
   }
   await spill.landed();
   assert.ok(spill.memory < spill.bytes, "some segments are on file");
   const before = spill.bytes;
-  spill.merge(segments, 1);
+  segments = spill.merge(segments, 1);
   assert.equal(segmentCount(segments), 2, "the first segment kept, the three after it merged");
   assert.equal(spill.bytes, before, "the same records, once");
   await spill.landed();
@@ -488,8 +488,7 @@ test("reads wait within the read cap, and the budget bounds what is spilled", as
   await waiting;
   assert.equal(second, true);
   assert.equal(spill.room(100), true);
-  const s: Segments = [];
-  spill.write([Buffer.from("a\n")], 2, new Uint32Array([2]), new Float64Array([0]), [0, 1, 2], s);
+  const s = spill.write([Buffer.from("a\n")], 2, new Uint32Array([2]), new Float64Array([0]), [0, 1, 2], undefined);
   assert.equal(spill.room(100 - 26), true);
   assert.equal(spill.room(100 - 25), false, "the budget counts what is spilled, index too");
   spill.release(s);
@@ -499,9 +498,16 @@ test("reads wait within the read cap, and the budget bounds what is spilled", as
 test("a chunk's memory comes from the blocks' pool, and goes back to it once its write lands", async (t) => {
   const spill = spillFor(t, 1 << 20, 1 << 20, 4096);
   const before = blocks.inUse;
-  const segments: Segments = [];
+  let segments: Segments = [];
   const write = () =>
-    spill.write([Buffer.alloc(3000, 97)], 3000, new Uint32Array([3000]), new Float64Array([0]), [0, 1, 3000], segments);
+    (segments = spill.write(
+      [Buffer.alloc(3000, 97)],
+      3000,
+      new Uint32Array([3000]),
+      new Float64Array([0]),
+      [0, 1, 3000],
+      segments,
+    ));
   write();
   assert.equal(blocks.inUse, before + 4096, "the chunk filling");
   write();
@@ -536,9 +542,9 @@ test("past the cap of chunks on their way to file the spill is backed up, and sa
   const spill = spillFor(t, 1 << 20, 100, 16);
   let landed = 0;
   spill.onLanded(() => landed++);
-  const segments: Segments = [];
+  let segments: Segments = [];
   const write = () =>
-    spill.write([Buffer.from("a\n")], 2, new Uint32Array([2]), new Float64Array([0]), [0, 1, 2], segments);
+    (segments = spill.write([Buffer.from("a\n")], 2, new Uint32Array([2]), new Float64Array([0]), [0, 1, 2], segments));
   for (let i = 0; i < 4; i++) write();
   assert.equal(spill.backedUp, false, "78 bytes on their way");
   write();

@@ -205,9 +205,9 @@ test("while the spill's writes are backed up intake waits, and a write landing w
   // 16-byte chunks and a 40-byte cap: three 26-byte segments put two chunks (52 bytes) on their way.
   const spill = new Spill(dir, 1 << 20, 40, 16);
   const h = harness(1 << 20, spill);
-  const segments: number[] = [];
+  let segments: number[] = [];
   for (let i = 0; i < 3; i++) {
-    spill.write([Buffer.from("a\n")], 2, new Uint32Array([2]), new Float64Array([0]), [0, 1, 2], segments);
+    segments = spill.write([Buffer.from("a\n")], 2, new Uint32Array([2]), new Float64Array([0]), [0, 1, 2], segments);
   }
   assert.equal(h.flushes.saturated(), true);
   assert.equal(h.flushes.hasRoom(), true, "flushes themselves have room");
