@@ -158,6 +158,7 @@ export class Pipeline implements TransportSink {
       codec,
       spill,
       inflightCap,
+      poolCap: capBytes,
       metrics: this.#m,
       log: this.#log,
       health: deps.health,

@@ -176,6 +176,11 @@ export class Spill {
     return !this.#failed && this.#bytes + bytes <= this.#budget;
   }
 
+  /** Whether a chunk is on its way to file: its block goes back to the pool as it lands. */
+  get writing(): boolean {
+    return this.#writingBytes > 0;
+  }
+
   /** Chunks on their way to file reach the cap: what spills more waits in memory, and intake should wait. */
   get backedUp(): boolean {
     return this.#writingBytes >= this.#ioCap;

@@ -7,6 +7,7 @@ import { test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { pino } from "pino";
 import type { FlushBatch } from "../../src/buffer/hot.ts";
+import { blocks } from "../../src/buffer/blocks.ts";
 import { Spill } from "../../src/buffer/spill.ts";
 import { createCodec } from "../../src/codec/index.ts";
 import { OffsetTracker } from "../../src/delivery/tracker.ts";
@@ -38,7 +39,7 @@ function batch(destination: string, text: string): FlushBatch {
 }
 
 /** Flushes over appends that wait for the test: `pending` holds each append's text and how to end it. */
-function harness(inflightCap = 1 << 20, spill?: Spill) {
+function harness(inflightCap = 1 << 20, spill?: Spill, poolCap = 1 << 30) {
   const pending: { text: string; land: () => void; fail: (err: Error) => void }[] = [];
   const landed: string[] = [];
   const outcomes: string[] = [];
@@ -58,6 +59,7 @@ function harness(inflightCap = 1 << 20, spill?: Spill) {
     codec: createCodec("zstd"),
     spill,
     inflightCap,
+    poolCap,
     metrics: createMetrics({ defaultMetrics: false }),
     log: pino({ level: "silent" }),
     health,
@@ -217,4 +219,22 @@ test("while the spill's writes are backed up intake waits, and a write landing w
   assert.ok(h.unsaturated() >= 1, "woken as the writes landed");
   spill.release(segments);
   await spill.close();
+});
+
+test("past the pool's cap intake waits while a flush is on its way, and goes on once it lands", async () => {
+  const h = harness(1 << 20, undefined, blocks.inUse + 4096);
+  const held = blocks.alloc(8192);
+  try {
+    assert.equal(h.flushes.saturated(), false, "nothing on its way: waiting would free nothing");
+    h.flushes.flush(batch("a", "1"));
+    await turn();
+    assert.equal(h.flushes.saturated(), true, "the pool is past its cap and a flush will give blocks back");
+    const before = h.unsaturated();
+    h.take("a:1").land();
+    await turn();
+    assert.equal(h.flushes.saturated(), false);
+    assert.ok(h.unsaturated() > before, "woken as the flush landed");
+  } finally {
+    blocks.free(held);
+  }
 });
