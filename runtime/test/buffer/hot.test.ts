@@ -88,10 +88,10 @@ test("buffers are bounded by bytes: thousands of destinations buffer at once und
   for (let d = 0; d < 10_000; d++) p.add(`d${d}`, 0, rec(d, "x".repeat(100)));
   assert.equal(flushed.length, 0);
   assert.equal(p.stats().buffers, 10_000);
-  // Half the cap (a quarter of a 512 MiB limit), at most 128 flush_bytes; one buffer a 2 KiB share.
-  assert.deepEqual(hotBufferBounds(128 << 20, 1 << 20), { bytes: 64 << 20, buffers: 32_768 });
-  assert.deepEqual(hotBufferBounds(2 ** 40, 1 << 20), { bytes: 128 << 20, buffers: 65_536 });
-  assert.deepEqual(hotBufferBounds(4 << 20, 1 << 20), { bytes: 2 << 20, buffers: 1024 });
+  // Half the cap (a quarter of a 512 MiB limit), at most 128 flush_bytes; one buffer a 4 KiB share.
+  assert.deepEqual(hotBufferBounds(128 << 20, 1 << 20), { bytes: 64 << 20, buffers: 16_384 });
+  assert.deepEqual(hotBufferBounds(2 ** 40, 1 << 20), { bytes: 128 << 20, buffers: 32_768 });
+  assert.deepEqual(hotBufferBounds(4 << 20, 1 << 20), { bytes: 2 << 20, buffers: 512 });
   assert.deepEqual(hotBufferBounds(16 << 10, 1 << 20), { bytes: 8 << 10, buffers: 64 });
 });
 
