@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { appendTo, EMPTY } from "../src/lists.ts";
+import { appendTo, appendTriple, EMPTY } from "../src/lists.ts";
 
 test("appendTo: onto an empty list the items are the list; onto another, pushed in place", () => {
-  const first = appendTo<number>(EMPTY, 1, 2, 3);
+  const first = appendTriple(EMPTY, 1, 2, 3);
   assert.deepEqual(first, [1, 2, 3]);
   assert.equal(EMPTY.length, 0, "the shared empty list stays empty");
   const again = appendTo(first, 4);

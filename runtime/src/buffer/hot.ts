@@ -16,7 +16,7 @@
 // once the flush has landed (releaseFlush).
 import type { Hold } from "../delivery/hold.ts";
 import { codecLanes, copyInto } from "../codec/lanes.ts";
-import { appendTo, EMPTY } from "../lists.ts";
+import { appendTo, appendTriple, EMPTY } from "../lists.ts";
 import { blocks } from "./blocks.ts";
 import { segmentBytes, segmentCount, type Segments, type Spill, type SpilledRecords } from "./spill.ts";
 
@@ -483,7 +483,7 @@ export class HotBufferPool {
     if (n > 0 && r[n - 3] === slot) {
       r[n - 2] = (r[n - 2] ?? 0) + count;
       r[n - 1] = need;
-    } else b.runs = appendTo(r, slot, count, need);
+    } else b.runs = appendTriple(r, slot, count, need);
     b.hold.addRun(slot, min, count);
   }
 

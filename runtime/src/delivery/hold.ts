@@ -1,7 +1,7 @@
 // A hold: the offsets of the records one flush (or one file) carries, kept by span rather than per record.
 // Per partition slot it keeps only the lowest offset and the count, because the commit floor of a partition is the
 // lowest offset any unreleased hold carries: every offset below it belongs to a hold already released.
-import { appendTo } from "../lists.ts";
+import { appendTriple } from "../lists.ts";
 
 /**
  * What the open holds share with their tracker: their records and bytes together, kept as they change (summing ten
@@ -39,25 +39,24 @@ export class Hold {
 
   /** Adds `count` records of one slot whose lowest offset is `min`. */
   addRun(slot: number, min: number, count: number): void {
-    const p = this.parts;
     // Records of one transport batch share a partition, so the last slot is almost always the one.
     let i = this.#last;
-    if (i < 0 || p[i] !== slot) {
+    if (i < 0 || this.parts[i] !== slot) {
       i = this.#find(slot);
       if (i < 0) {
-        i = p.length;
+        i = this.parts.length;
         this.#push(slot, min, 0);
       }
       this.#last = i;
     }
-    const q = this.parts;
-    q[i + 2] = (q[i + 2] ?? 0) + count;
-    if (min < (q[i + 1] ?? min)) q[i + 1] = min;
+    const p = this.parts;
+    p[i + 2] = (p[i + 2] ?? 0) + count;
+    if (min < (p[i + 1] ?? min)) p[i + 1] = min;
     if (this.tally !== undefined) this.tally.records += count;
   }
 
   #push(slot: number, min: number, count: number): void {
-    this.parts = appendTo(this.parts, slot, min, count);
+    this.parts = appendTriple(this.parts, slot, min, count);
     if (this.tally !== undefined) this.tally.bytes += PART_BYTES;
   }
 
