@@ -301,6 +301,7 @@ export class Pipeline implements TransportSink {
   // ---- housekeeping ----
 
   #tick(): void {
+    this.#buffers.compact();
     this.#buffers.tick(() => !this.#flushes.saturated());
     this.#writers.tick();
     this.#gauges();

@@ -7,6 +7,10 @@
 // offset and length), and free blocks wait in a queue per size: a WeakMap from each block to where it lay, and a Set of
 // free addresses per size, put tens of thousands of entries in tables V8 rebuilt as they churned, and a WeakMap's
 // entries are ephemerons, which every full collection marks over again.
+// A few small blocks still in use pin a slab whole: the 100,000-destination row's pool held 160-180 MiB of slabs with
+// 5-7 MiB in use, once its hot buffers had shrunk. The sparsest slabs are then retired (retireSparse): nothing more is
+// carved from them, their owners move what they keep (HotBufferPool.compact), and each goes once its last block does.
+import { collectSoon } from "../regulate/sampler.ts";
 
 const MIN_SHIFT = 9;
 const SLAB_SHIFT = 22;
@@ -14,10 +18,24 @@ export const MIN_BLOCK = 1 << MIN_SHIFT;
 export const SLAB_BYTES = 1 << SLAB_SHIFT;
 const CLASSES = SLAB_SHIFT - MIN_SHIFT + 1;
 
+/**
+ * Free memory kept in slabs not retiring, as room for the next growth; past it the sparsest slabs retire, those at
+ * most half in use. Retiring only slabs at most an eighth in use, the 100,000-destination row's pool held 160 MiB of
+ * slabs while what it had in use fell from 100 to 30 MiB, as flushes landed.
+ */
+const ROOM_BYTES = 8 * SLAB_BYTES;
+const RETIRE_USED_BYTES = SLAB_BYTES / 2;
+/** Slabs let go before a full collection is asked for: shared memory counts towards none (see lanes.ts). */
+const COLLECT_AFTER_BYTES = 8 * SLAB_BYTES;
+
 /** A slab, with what starts at each 512 bytes of it: +shift a block in use, -shift a free one, 0 neither. */
 interface Slab {
   readonly memory: SharedArrayBuffer;
   readonly starts: Int8Array;
+  /** Bytes of its blocks in use. */
+  used: number;
+  /** Being emptied (see retireSparse): none of its memory is carved again, and it goes with its last block. */
+  retiring: boolean;
 }
 
 export class BlockPool {
@@ -37,6 +55,9 @@ export class BlockPool {
   /** Slabs kept whole and free, for the next growth; past it a freed slab goes. */
   readonly #keepSlabs: number;
   #inUse = 0;
+  #retiring = 0;
+  /** Bytes of slabs let go since a full collection was last asked for. */
+  #letGo = 0;
 
   constructor(opts: { keepSlabs?: number } = {}) {
     this.#keepSlabs = opts.keepSlabs ?? 4;
@@ -68,6 +89,7 @@ export class BlockPool {
       this.#push(slab, address + (1 << from), from);
     }
     slab.starts[offset >> MIN_SHIFT] = shift;
+    slab.used += 1 << shift;
     this.#inUse += 1 << shift;
     return Buffer.from(slab.memory, offset, 1 << shift);
   }
@@ -84,7 +106,12 @@ export class BlockPool {
     let shift = 31 - Math.clz32(block.length);
     if (block.length !== 1 << shift || slab.starts[offset >> MIN_SHIFT] !== shift) return;
     slab.starts[offset >> MIN_SHIFT] = 0;
+    slab.used -= 1 << shift;
     this.#inUse -= 1 << shift;
+    if (slab.retiring) {
+      if (slab.used === 0) this.#drop(index);
+      return;
+    }
     // Merged with its buddy while the buddy is free too.
     while (shift < SLAB_SHIFT) {
       const buddy = offset ^ (1 << shift);
@@ -95,11 +122,61 @@ export class BlockPool {
       shift++;
     }
     if (shift === SLAB_SHIFT && (this.#freeCount[CLASSES - 1] ?? 0) >= this.#keepSlabs) {
-      this.#slabs[index] = undefined;
-      this.#slabOf.delete(slab.memory);
+      this.#drop(index);
       return;
     }
     this.#push(slab, index * SLAB_BYTES + offset, shift);
+  }
+
+  /**
+   * Retires the sparsest slabs while more than ROOM_BYTES is free in the others: a retiring slab's free blocks leave
+   * the free lists (their queued entries go stale, as a taken block's do). True while any slab is retiring: its
+   * owners should move their blocks (see retiring).
+   */
+  retireSparse(): boolean {
+    let free = 0;
+    const sparse: Slab[] = [];
+    for (const slab of this.#slabs) {
+      if (slab === undefined || slab.retiring) continue;
+      free += SLAB_BYTES - slab.used;
+      if (slab.used > 0 && slab.used <= RETIRE_USED_BYTES) sparse.push(slab);
+    }
+    sparse.sort((a, b) => a.used - b.used);
+    for (const slab of sparse) {
+      free -= SLAB_BYTES - slab.used;
+      if (free <= ROOM_BYTES) break;
+      this.#retire(slab);
+    }
+    return this.#retiring > 0;
+  }
+
+  #retire(slab: Slab): void {
+    slab.retiring = true;
+    this.#retiring++;
+    for (let at = 0; at < slab.starts.length; at++) {
+      const mark = slab.starts[at] ?? 0;
+      if (mark >= 0) continue;
+      slab.starts[at] = 0;
+      this.#freeCount[-mark - MIN_SHIFT] = (this.#freeCount[-mark - MIN_SHIFT] ?? 0) - 1;
+    }
+  }
+
+  /** Whether `block` lies in a retiring slab: its owner should copy it into a new one and give it back. */
+  retiring(block: Uint8Array): boolean {
+    const index = block.buffer instanceof SharedArrayBuffer ? this.#slabOf.get(block.buffer) : undefined;
+    return index !== undefined && (this.#slabs[index]?.retiring ?? false);
+  }
+
+  #drop(index: number): void {
+    const slab = this.#slabs[index] as Slab;
+    if (slab.retiring) this.#retiring--;
+    this.#slabs[index] = undefined;
+    this.#slabOf.delete(slab.memory);
+    this.#letGo += SLAB_BYTES;
+    if (this.#letGo >= COLLECT_AFTER_BYTES) {
+      this.#letGo = 0;
+      collectSoon();
+    }
   }
 
   #push(slab: Slab, address: number, shift: number): void {
@@ -151,7 +228,12 @@ export class BlockPool {
   }
 
   #newSlab(): number {
-    const slab = { memory: new SharedArrayBuffer(SLAB_BYTES), starts: new Int8Array(SLAB_BYTES >> MIN_SHIFT) };
+    const slab: Slab = {
+      memory: new SharedArrayBuffer(SLAB_BYTES),
+      starts: new Int8Array(SLAB_BYTES >> MIN_SHIFT),
+      used: 0,
+      retiring: false,
+    };
     let index = this.#slabs.indexOf(undefined);
     if (index < 0) index = this.#slabs.push(slab) - 1;
     else this.#slabs[index] = slab;

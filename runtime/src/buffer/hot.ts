@@ -1,7 +1,7 @@
 // Hot buffers: a buffer flushes at flush_bytes plus one record, flush_records, or flush_age_secs. All of them together
 // hold at most HOT_BUFFER_FLUSHES x flush_bytes (128 MiB by default) and never more than the shared cap (a quarter of
-// the memory limit); past that the largest flush first, down to three quarters of it. They are bounded by bytes, not
-// by count: 64 buffers, each evicted by a record for a 65th destination, flushed a record or two a frame once
+// the memory limit), counted as the memory they hold (footprint); past that the largest flush first, down to three
+// quarters of it. They are bounded by bytes, not by count: 64 buffers, each evicted by a record for a 65th destination, flushed a record or two a frame once
 // destinations outnumbered them thousands to one (10,000 destinations: 7k records/s). A count remains, at one buffer
 // per MIN_BUFFER_SHARE of the bound, so what each buffer costs beside its records stays a small part of the memory;
 // past it, and past the bound in bytes, buffers go to the spill (spill.ts) and stay as cold buffers, which hold no
@@ -55,9 +55,9 @@ export const VIEW_BYTES = 16 * 1024;
 const FIRST_RECORDS = 16;
 
 /**
- * What the hot buffers may hold together, and how many may be open, for the shared cap and flush_bytes: half the cap
- * in bytes buffered, since a growing buffer's allocation can run to twice what it holds, so their memory stays within
- * the cap itself. Counted at the full cap, a 512 MiB limit's buffers alone took 256 MiB and the process reached the
+ * What the hot buffers may hold together (their footprint), and how many may be open, for the shared cap and
+ * flush_bytes: half the cap, as the spill's chunks, flushes in flight and read-backs take blocks of the same pool.
+ * Counted in records' bytes at the full cap, a 512 MiB limit's buffers alone took 256 MiB and the process reached the
  * limit.
  */
 export function hotBufferBounds(capBytes: number, flushBytes: number): { bytes: number; buffers: number } {
@@ -322,6 +322,8 @@ export class HotBufferPool {
   /** Buffers spilled at flush_age, listed as #aging is: they flush at coldAgeMs. */
   readonly #coldDue = new AgeList();
   #bytes = 0;
+  /** The memory the buffers in memory hold (see footprint): what the bound counts. */
+  #footprint = 0;
   /** Records buffered, spilled ones too: kept as they change, not summed over ten thousand buffers each second. */
   #records = 0;
   readonly #boundBytes: number;
@@ -353,10 +355,12 @@ export class HotBufferPool {
         to++;
         if (held + (ends[endsAt + to - 1] ?? 0) - base >= this.#opts.flushBytes || to - from >= room) break;
       }
+      const before = footprint(b);
       this.#append(b, slot, records, from, to);
+      this.#footprint += footprint(b) - before;
       if (b.length + b.spilledBytes >= this.#opts.flushBytes) this.#flush(b, "bytes");
       else if (b.records + b.spilledRecords >= this.#opts.flushRecords) this.#flush(b, "records");
-      if (this.#bytes > this.#boundBytes) this.#relieveCap();
+      if (this.#footprint > this.#boundBytes) this.#relieveCap();
       from = to;
     }
   }
@@ -507,12 +511,17 @@ export class HotBufferPool {
    */
   settle(): void {
     // A buffer flushed since it was listed has no pieces left: settling it does nothing.
-    for (const b of this.#unsettled) this.#settleOne(b);
+    for (const b of this.#unsettled) {
+      const before = footprint(b);
+      this.#settleOne(b);
+      this.#footprint += footprint(b) - before;
+    }
     this.#unsettled = [];
   }
 
   #flush(b: HotBuffer, trigger: FlushTrigger): void {
     this.#forget(b);
+    this.#footprint -= footprint(b);
     if (b.records + b.spilledRecords === 0 || b.hold === undefined) {
       freeBlocks(b);
       return;
@@ -556,7 +565,7 @@ export class HotBufferPool {
    */
   shed(): void {
     if (this.#opts.spill?.backedUp === true) return;
-    this.#flushDownTo(this.#bytes / 2);
+    this.#flushDownTo(this.#footprint / 2);
   }
 
   /**
@@ -567,22 +576,22 @@ export class HotBufferPool {
   #flushDownTo(target: number): void {
     const byClass = new Array<number>(32).fill(0);
     for (const b of this.#buffers) {
-      const c = sizeClass(b.length);
-      byClass[c] = (byClass[c] ?? 0) + b.length;
+      const c = sizeClass(footprint(b));
+      byClass[c] = (byClass[c] ?? 0) + footprint(b);
     }
     // The classes from `last` up go: every one above it whole, and `last` until the target is reached.
     let last = 32;
-    for (let left = this.#bytes; last > 1 && left > target;) left -= byClass[--last] ?? 0;
+    for (let left = this.#footprint; last > 1 && left > target;) left -= byClass[--last] ?? 0;
     // Walked with the next buffer taken first, as relieving one takes it out of the list: a copy of the list to walk
     // was an array of 10,000 a relief, most of it promoted.
     let next: HotBuffer | undefined;
     for (let b = this.#buffers.oldest; b !== undefined; b = next) {
       next = b.newer;
-      if (sizeClass(b.length) > last && !this.#trySpill(b)) this.#flush(b, "cap");
+      if (sizeClass(footprint(b)) > last && !this.#trySpill(b)) this.#flush(b, "cap");
     }
-    for (let b = this.#buffers.oldest; b !== undefined && this.#bytes > target; b = next) {
+    for (let b = this.#buffers.oldest; b !== undefined && this.#footprint > target; b = next) {
       next = b.newer;
-      if (sizeClass(b.length) === last && !this.#trySpill(b)) this.#flush(b, "cap");
+      if (sizeClass(footprint(b)) === last && !this.#trySpill(b)) this.#flush(b, "cap");
     }
   }
 
@@ -595,6 +604,7 @@ export class HotBufferPool {
     if (spill === undefined || b.spilledBytes + b.length >= this.#opts.flushBytes || !spill.room(b.length)) {
       return false;
     }
+    this.#footprint -= footprint(b);
     if (b.ends !== undefined && b.offsets !== undefined && b.records > 0) {
       const head = b.data === undefined || b.blockLength === 0 ? [] : [b.data.subarray(0, b.blockLength)];
       b.segments = spill.write(
@@ -658,6 +668,21 @@ export class HotBufferPool {
     b.segments = undefined;
     b.spilledBytes = 0;
     b.spilledRecords = 0;
+  }
+
+  /**
+   * Moves the blocks of buffers in memory out of the slabs the pool retires (BlockPool.retireSparse), so those slabs
+   * go: a buffer's block and index are read through the buffer alone, and a copy costs what it holds. Call about once
+   * a second.
+   */
+  compact(): void {
+    if (!blocks.retireSparse()) return;
+    for (const b of this.#buffers) {
+      const before = footprint(b);
+      if (b.data !== undefined && blocks.retiring(b.data)) b.data = grow(b.data, b.blockLength, b.data.length);
+      if (b.index !== undefined && blocks.retiring(b.index)) growIndex(b, b.records);
+      this.#footprint += footprint(b) - before;
+    }
   }
 
   /**
@@ -761,6 +786,7 @@ export class HotBufferPool {
     let discarded = 0;
     for (const b of [...this.#all()]) {
       if (!holdsSlot(b, slots)) continue;
+      const before = footprint(b);
       if (this.#opts.spill !== undefined) this.#unspill(b, this.#opts.spill);
       this.#settleOne(b);
       discarded += this.#discard(b, slots);
@@ -774,6 +800,7 @@ export class HotBufferPool {
         freeBlocks(b);
         if (b.hold !== undefined) this.#opts.onEmptied(b.hold);
       }
+      this.#footprint += footprint(b) - before;
     }
     return discarded;
   }
@@ -902,6 +929,15 @@ function mergeTail(segments: Segments, spill: Spill): Segments {
 
 /** The power of two a buffer's length is at or above: 0 for an empty one. */
 const sizeClass = (length: number): number => (length === 0 ? 0 : 32 - Math.clz32(length));
+
+/**
+ * The memory a buffer holds: its blocks whole, and the route replies' bytes it holds views of. Bounded by the records'
+ * bytes instead, the 100,000-destination row's buffers of one to three records held about 1.8 times as much in
+ * blocks (a power of two each, and a block for ends and offsets).
+ */
+function footprint(b: HotBuffer): number {
+  return (b.data?.length ?? 0) + (b.index?.length ?? 0) + b.length - b.blockLength;
+}
 
 /** A buffer that goes without a flush gives its blocks back. */
 function freeBlocks(b: HotBuffer): void {

@@ -91,3 +91,44 @@ test("free blocks merged into their buddies are never carved twice, over rounds 
     assert.equal(pool.inUse, 0);
   }
 });
+
+test("past 32 MiB free, the sparsest slabs retire: nothing is carved from them, each goes with its last block", () => {
+  const pool = new BlockPool({ keepSlabs: 0 });
+  const per = SLAB_BYTES / MIN_BLOCK;
+  const small = Array.from({ length: 20 * per }, () => pool.alloc(MIN_BLOCK));
+  const dense = Array.from({ length: 2 }, () => pool.alloc(SLAB_BYTES));
+  // Twenty slabs of small blocks, the first holding one block, the next two, and so on.
+  const kept = small.filter((_, i) => i % per <= Math.floor(i / per));
+  for (const b of small) if (!kept.includes(b)) pool.free(b);
+  assert.equal(pool.held, 22 * SLAB_BYTES);
+  assert.equal(pool.retireSparse(), true);
+  const retired = new Set(kept.filter((b) => pool.retiring(b)).map((b) => b.buffer));
+  assert.equal(retired.size, 11, "the eleven sparsest, leaving more than 32 MiB free in the others");
+  assert.ok(
+    kept.every((b) => pool.retiring(b) === kept.indexOf(b) < (11 * 12) / 2),
+    "the sparsest retire first",
+  );
+  assert.ok(
+    dense.every((b) => !pool.retiring(b)),
+    "a full slab stays",
+  );
+  const fresh = Array.from({ length: 100 }, () => pool.alloc(MIN_BLOCK));
+  assert.ok(
+    fresh.every((b) => !retired.has(b.buffer)),
+    "carved from a slab not retiring",
+  );
+  assert.equal(pool.held, 22 * SLAB_BYTES);
+  for (const b of kept) if (retired.has(b.buffer)) pool.free(b);
+  assert.equal(pool.held, 11 * SLAB_BYTES, "each retiring slab went with its last block");
+  assert.equal(pool.retireSparse(), false, "32 MiB and a little more free: room for the next growth");
+  for (const b of [...fresh, ...dense, ...kept]) pool.free(b);
+  assert.equal(pool.inUse, 0);
+});
+
+test("up to 32 MiB free in slabs stays as room for the next growth", () => {
+  const pool = new BlockPool({ keepSlabs: 0 });
+  const per = SLAB_BYTES / MIN_BLOCK;
+  const small = Array.from({ length: 8 * per }, () => pool.alloc(MIN_BLOCK));
+  for (let i = 0; i < small.length; i++) if (i % per !== 0) pool.free(small[i] as Buffer);
+  assert.equal(pool.retireSparse(), false);
+});

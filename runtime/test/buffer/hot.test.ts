@@ -14,7 +14,7 @@ import {
   type FlushBatch,
   VIEW_BYTES,
 } from "../../src/buffer/hot.ts";
-import { blocks } from "../../src/buffer/blocks.ts";
+import { blocks, MIN_BLOCK, SLAB_BYTES } from "../../src/buffer/blocks.ts";
 import { segmentCount, Spill, type Segments } from "../../src/buffer/spill.ts";
 import type { Hold } from "../../src/delivery/hold.ts";
 import { OffsetTracker } from "../../src/delivery/tracker.ts";
@@ -107,22 +107,22 @@ test("past the count the bound allows, the least recently used buffer flushes fi
   assert.equal(p.stats().buffers, 64);
 });
 
-test("past the bound the largest buffers flush first, down to three quarters of it", () => {
-  // A 200-byte cap: a 100-byte bound.
-  const { p, flushed } = pool({ capBytes: 200 });
-  p.add("small", 0, rec(0, "x".repeat(10)));
-  p.add("mid", 0, rec(1, "z".repeat(30)));
-  p.add("big", 0, rec(2, "y".repeat(40)));
+test("past the bound the largest buffers flush first, down to three quarters of it, counted in blocks held", () => {
+  // A 24 KiB cap: a 12 KiB bound. Each buffer holds a 512-byte block of ends and offsets, and a power-of-two block.
+  const { p, flushed } = pool({ capBytes: 24 << 10, flushBytes: 1 << 20 });
+  p.add("small", 0, rec(0, "x".repeat(100))); // 512 + 512
+  p.add("mid", 0, rec(1, "z".repeat(1500))); // 2048 + 512
+  p.add("big", 0, rec(2, "y".repeat(3000))); // 4096 + 512
   assert.equal(flushed.length, 0);
-  p.add("tiny", 0, rec(3, "w".repeat(20)));
-  // 104 bytes: big (41) alone leaves 63, under 75.
+  p.add("late", 0, rec(3, "w".repeat(3000)));
+  // 12,800 bytes held: big alone leaves 8,192, under 9,216.
   assert.deepEqual(
     flushed.map((b) => [b.destination, b.trigger]),
     [["big", "cap"]],
   );
-  assert.equal(p.stats().bytes, 63);
-  p.add("small", 0, rec(4, "v".repeat(30)));
-  // 94 bytes, under the bound: nothing more.
+  assert.equal(p.stats().bytes, 101 + 1501 + 3001, "records' bytes");
+  p.add("small", 0, rec(4, "v".repeat(3000)));
+  // 11,776 bytes held, under the bound: nothing more.
   assert.equal(flushed.length, 1);
 });
 
@@ -291,11 +291,11 @@ test("pieces and copies keep the records' order, through a limit and a revocatio
 });
 
 test("shed flushes the largest buffers down to half of what all of them hold", () => {
-  const { p, flushed } = pool();
-  p.add("a", 0, rec(0, "x".repeat(49)));
-  p.add("b", 0, rec(1, "y".repeat(29)));
-  p.add("c", 0, rec(2, "z".repeat(19)));
-  p.shed(); // 100 bytes: a (50) alone leaves 50
+  const { p, flushed } = pool({ flushBytes: 1 << 20 });
+  p.add("a", 0, rec(0, "x".repeat(3000)));
+  p.add("b", 0, rec(1, "y".repeat(1500)));
+  p.add("c", 0, rec(2, "z".repeat(100)));
+  p.shed(); // 8,192 bytes held: a (4,608) alone leaves 3,584
   assert.deepEqual(
     flushed.map((b) => [b.destination, b.trigger]),
     [["a", "cap"]],
@@ -311,60 +311,70 @@ test("shed flushes the largest buffers down to half of what all of them hold", (
 
 /** A spill in a temp directory of its own, removed after the test. */
 function spillFor(
-  t: { after: (fn: () => void) => void },
+  t: { after: (fn: () => Promise<void>) => void },
   budget = 1 << 20,
   readCap = 1 << 20,
   chunkBytes?: number,
 ): Spill {
   const dir = mkdtempSync(join(tmpdir(), "dfe-spill-"));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  return new Spill(dir, budget, readCap, chunkBytes);
+  const spill = new Spill(dir, budget, readCap, chunkBytes);
+  // Closed, so no file handle is left for the collector to close.
+  t.after(async () => {
+    await spill.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return spill;
 }
 
 test("past the bound buffers spill rather than flush, and their flush reads the spill back first, in order", async (t) => {
   const spill = spillFor(t);
-  // A 200-byte cap: a 100-byte bound; flush_bytes 1000, so a relieved buffer is far from a frame's worth.
-  const { p, flushed } = pool({ capBytes: 200, spill });
-  p.add("a", 0, rec(0, "a".repeat(40)));
+  // A 3 KiB bound; flush_bytes 4,000, so a relieved buffer is far from a frame's worth.
+  const { p, flushed } = pool({ capBytes: 6 << 10, flushBytes: 4000, spill });
+  p.add("a", 0, rec(0, "a".repeat(300)));
   p.add("b", 0, rec(1, "b".repeat(30)));
-  p.add("a", 0, rec(2, "A".repeat(40)));
+  p.add("a", 0, rec(2, "A".repeat(1200))); // a holds 2,048 + 512 bytes of blocks, b 512 + 512: "a" goes
   assert.equal(flushed.length, 0, "relieved by the spill: no frame yet");
   assert.ok(spill.bytes > 0);
-  assert.ok(p.stats().bytes <= 100, "the relieved buffers' memory goes back at once: the spill holds a copy");
+  assert.equal(p.stats().bytes, 31, "the relieved buffer's memory goes back at once: the spill holds a copy");
   assert.equal(p.stats().records, 3, "spilled records still count as buffered");
   p.add("a", 0, rec(3, "tail"));
   p.flushAll();
   const a = flushed.find((b) => b.destination === "a") as FlushBatch;
   assert.equal(a.records, 3);
-  assert.equal(a.bytes, 41 + 41 + 5);
+  assert.equal(a.bytes, 301 + 1201 + 5);
   const pieces = await flushPieces(a, spill);
-  assert.deepEqual(Buffer.concat(pieces).toString().split("\n").slice(0, -1), ["a".repeat(40), "A".repeat(40), "tail"]);
+  assert.deepEqual(Buffer.concat(pieces).toString().split("\n").slice(0, -1), [
+    "a".repeat(300),
+    "A".repeat(1200),
+    "tail",
+  ]);
   const whole = wholeBatch(a, spill);
-  assert.deepEqual([...whole.ends], [41, 82, 87], "ends run on past the spilled records");
+  assert.deepEqual([...whole.ends], [301, 1502, 1507], "ends run on past the spilled records");
   assert.deepEqual([...whole.offsets], [0, 2, 3]);
-  assert.deepEqual(whole.runs, [0, 2, 82, 0, 1, 87], "runs too, the spilled one first");
+  assert.deepEqual(whole.runs, [0, 2, 1502, 0, 1, 1507], "runs too, the spilled one first");
   for (const b of flushed) releaseFlush(b, spill);
   assert.equal(spill.bytes, 0, "released segments leave nothing spilled");
 });
 
-/** A pool whose bound spills (a 200-byte cap: a 100-byte bound), and two partition slots of its tracker. */
-function spillingPool(t: { after: (fn: () => void) => void }) {
+/** A pool whose bound (half of `capBytes`) spills, and two partition slots of its tracker. */
+function spillingPool(t: { after: (fn: () => Promise<void>) => void }, capBytes: number) {
   const spill = spillFor(t);
-  const { p, flushed, tracker } = pool({ capBytes: 200, spill });
+  const { p, flushed, tracker } = pool({ capBytes, flushBytes: 4000, spill });
   return { spill, p, flushed, a: tracker.slot("t", 0), b: tracker.slot("t", 1) };
 }
 
 test("a revoked partition's spilled records are read back and discarded with the rest", async (t) => {
-  const { spill, p, flushed, a, b } = spillingPool(t);
-  p.add("d", a, rec(0, "a".repeat(40)));
-  p.add("d", b, rec(1, "b".repeat(40)));
+  // A 3 KiB bound: "d" (2,048 + 512 bytes of blocks) spills as "e" (512 + 512) comes in.
+  const { spill, p, flushed, a, b } = spillingPool(t, 6 << 10);
+  p.add("d", a, rec(0, "a".repeat(600)));
+  p.add("d", b, rec(1, "b".repeat(600)));
   p.add("e", a, rec(2, "e".repeat(40)));
   assert.equal(p.stats().bytes, 41);
   p.add("d", a, rec(3, "tail"));
   assert.equal(p.discardSlots(new Set([b])), 1);
   p.flushAll();
   const d = flushed.find((x) => x.destination === "d") as FlushBatch;
-  assert.deepEqual(lines(d), ["a".repeat(40), "tail"]);
+  assert.deepEqual(lines(d), ["a".repeat(600), "tail"]);
   assert.equal(segmentCount(d.spilled ?? []), 0, "read back into memory");
   assert.equal(d.hold.records, 2);
   for (const x of flushed) releaseFlush(x, spill);
@@ -372,11 +382,12 @@ test("a revoked partition's spilled records are read back and discarded with the
 });
 
 test("a revoked partition's hand-over flushes its spilled records too, those in memory of another slot", async (t) => {
-  // The third record relieves the 100-byte bound down to 75 by spilling "d" (46 bytes) and "f" (45), slot b's.
-  const { spill, p, flushed, a, b } = spillingPool(t);
-  p.add("d", b, rec(0, "d".repeat(45)));
-  p.add("f", b, rec(1, "f".repeat(44)));
+  // The third buffer takes the 4 KiB bound past it: "d" and "f" (2,048 + 512 bytes of blocks each), slot b's, spill
+  // down to 3 KiB, and "e" (512 + 512) stays.
+  const { spill, p, flushed, a, b } = spillingPool(t, 8 << 10);
   p.add("e", a, rec(2, "e".repeat(30)));
+  p.add("d", b, rec(0, "d".repeat(1100)));
+  p.add("f", b, rec(1, "f".repeat(1100)));
   assert.equal(flushed.length, 0);
   assert.equal(p.stats().records, 3);
   // In memory "d" now holds slot a alone, and "f" nothing: only their spilled records are slot b's.
@@ -391,7 +402,7 @@ test("a revoked partition's hand-over flushes its spilled records too, those in 
     ],
   );
   const read = await Promise.all(flushed.map(async (x) => Buffer.concat(await flushPieces(x, spill)).toString()));
-  assert.deepEqual(read, [`${"d".repeat(45)}\ntail\n`, `${"f".repeat(44)}\n`]);
+  assert.deepEqual(read, [`${"d".repeat(1100)}\ntail\n`, `${"f".repeat(1100)}\n`]);
   assert.deepEqual(
     flushed.map((x) => slotsOf(x.hold)),
     [[b, a], [b]],
@@ -644,9 +655,9 @@ test("flushAll stops when there is no room and says whether any buffer is left",
 });
 
 test("a drain out of room goes on where it stopped, each buffer flushed once, those taken in meanwhile too", async (t) => {
-  const { p, flushed, spill } = spillingPool(t);
-  // A 100-byte bound: "a" and "b" spill (cold) as "c" and "d" come in.
-  for (const d of ["a", "b", "c", "d"]) p.add(d, 0, rec(0, d.repeat(45)));
+  // A 3.5 KiB bound: "a" and "b" (1,024 + 512 bytes of blocks each) spill (cold) as "c" and "d" come in.
+  const { p, flushed, spill } = spillingPool(t, 7 << 10);
+  for (const d of ["a", "b", "c", "d"]) p.add(d, 0, rec(0, d.repeat(600)));
   let calls = 0;
   for (let once = true; ; once = false) {
     calls++;
@@ -664,7 +675,7 @@ test("a drain out of room goes on where it stopped, each buffer flushed once, th
   );
   assert.equal(calls, 6, "one flush a call, and a last call that finds none left");
   const a = flushed.find((f) => f.destination === "a") as FlushBatch;
-  assert.deepEqual(Buffer.concat(await flushPieces(a, spill)).toString(), `${"a".repeat(45)}\na2\n`);
+  assert.deepEqual(Buffer.concat(await flushPieces(a, spill)).toString(), `${"a".repeat(600)}\na2\n`);
   for (const b of flushed) releaseFlush(b, spill);
 });
 
@@ -706,6 +717,7 @@ test("past coldPast destinations, a buffer small at flush_age spills, and flushe
 });
 
 /** "x" takes a record of 61 bytes and is relieved for another destination's 46, 8 times (a 100-byte bound). */
+/** In a 1.5 KiB bound, x and another buffer (512 + 512 bytes of blocks each) take turns to spill, eight times. */
 function takeBackEightTimes(p: HotBufferPool): void {
   for (let round = 0; round < 8; round++) {
     p.add("x", 0, rec(round, `x${round}`.padEnd(60, ".")));
@@ -723,7 +735,7 @@ async function unpadded(b: FlushBatch, spill: Spill): Promise<string[]> {
 }
 
 test("a cold buffer taken back with 8 segments merges them in the spill, so it holds a few numbers", async (t) => {
-  const { spill, p, flushed } = spillingPool(t);
+  const { spill, p, flushed } = spillingPool(t, 3 << 10);
   takeBackEightTimes(p);
   assert.equal(flushed.length, 0);
   p.add("x", 0, rec(8, "x8"));
@@ -741,7 +753,7 @@ test("while the spill's writes are backed up, a cold buffer waits to merge and s
   // 16-byte chunks and a 1-byte cap: each segment seals the chunk before it, so the spill is backed up from the second
   // segment until the writes land (nothing here awaits before then).
   const spill = spillFor(t, 1 << 20, 1, 16);
-  const { p, flushed } = pool({ capBytes: 200, spill });
+  const { p, flushed } = pool({ capBytes: 3 << 10, spill });
   takeBackEightTimes(p);
   assert.equal(spill.backedUp, true);
   p.add("x", 0, rec(8, "x8"));
@@ -793,4 +805,31 @@ test("with the count full, a cold buffer takes records straight into the spill, 
   p.flushAll();
   for (const b of flushed.slice(1)) releaseFlush(b, spill);
   assert.equal(spill.bytes, 0);
+});
+
+test("compact moves buffers' blocks out of sparse slabs, which go; the records flush intact", () => {
+  const { p, flushed } = pool({ flushBytes: 1 << 20, flushRecords: 1000 });
+  const heldBefore = blocks.held;
+  const per = SLAB_BYTES / MIN_BLOCK;
+  // Slabs full of blocks, where each destination's block and index land among them: once the rest go, each slab is
+  // pinned by a kilobyte.
+  const filler: Buffer[] = [];
+  for (let d = 0; d < 24; d++) {
+    filler.push(...Array.from({ length: per }, () => blocks.alloc(MIN_BLOCK)));
+    for (const b of filler.splice(filler.length - 2)) blocks.free(b);
+    p.add(`d${d}`, 0, rec(d, `record of d${d}`));
+  }
+  for (const b of filler) blocks.free(b);
+  const pinned = blocks.held;
+  assert.ok(pinned >= heldBefore + 24 * SLAB_BYTES, "24 slabs pinned");
+  const inUse = blocks.inUse;
+  p.compact();
+  assert.equal(blocks.inUse, inUse, "each block moved, none lost or doubled");
+  assert.ok(blocks.held <= pinned - 12 * SLAB_BYTES, `held ${blocks.held} of ${pinned}`);
+  p.flushAll();
+  assert.deepEqual(
+    flushed.map((b) => [b.destination, lines(b), [...b.offsets]]),
+    Array.from({ length: 24 }, (_, d) => [`d${d}`, [`record of d${d}`], [d]]),
+  );
+  for (const b of flushed) releaseFlush(b);
 });
