@@ -1,11 +1,12 @@
 // Hot buffers: a buffer flushes at flush_bytes plus one record, flush_records, or flush_age_secs. All of them together
 // hold at most HOT_BUFFER_FLUSHES x flush_bytes (128 MiB by default) and never more than the shared cap (a quarter of
 // the memory limit), counted as the memory they hold (footprint); past that the largest flush first, down to three
-// quarters of it. They are bounded by bytes, not by count: 64 buffers, each evicted by a record for a 65th destination, flushed a record or two a frame once
-// destinations outnumbered them thousands to one (10,000 destinations: 7k records/s). A count remains, at one buffer
-// per MIN_BUFFER_SHARE of the bound, so what each buffer costs beside its records stays a small part of the memory;
-// past it, and past the bound in bytes, buffers go to the spill (spill.ts) and stay as cold buffers, which hold no
-// memory but where their records lie, until their next record, their age, the drain or a revoke.
+// quarters of it. They are bounded by bytes, not by count: 64 buffers, each evicted by a record for a 65th
+// destination, flushed a record or two a frame once destinations outnumbered them thousands to one (10,000
+// destinations: 7k records/s). A count remains, at one buffer per MIN_BUFFER_SHARE of the bound, so what each buffer
+// costs beside its records stays a small part of the memory; past it, and past the bound in bytes, buffers go to the
+// spill (spill.ts) and stay as cold buffers, which hold no memory but where their records lie, until their next
+// record, their age, the drain or a revoke.
 // A buffer allocates nothing until a record arrives, and then little more than it holds.
 // Large groups of records are not copied where they are buffered: a buffer holds views of the route replies they
 // arrived in (pieces), and a flush hands those to its lane, which reads them where they lie. The event loop's two
