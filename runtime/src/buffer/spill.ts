@@ -118,6 +118,8 @@ export class Spill {
   #chunk: Chunk | undefined;
   /** Chunks by id, while a segment in one may be read. */
   readonly #chunks = new Map<number, Chunk>();
+  /** Where a segment on file is read for a merge or readAll (see #whole): a chunk's size, made at the first. */
+  #scratch: Buffer | undefined;
   #chunkSeq = 0;
   #seq = 0;
   /** Bytes of live segments, data and index. */
@@ -387,14 +389,7 @@ export class Spill {
   }
 
   #readNow(s: SegmentAt): SpilledRecords {
-    const length = spannedBy(s);
-    const chunk = this.#chunkOf(s.chunk);
-    let whole: Buffer;
-    if (chunk.block !== undefined) whole = chunk.block.subarray(s.at, s.at + length);
-    else {
-      whole = Buffer.allocUnsafe(length);
-      this.#copyOut(s, 0, length, whole, 0);
-    }
+    const whole = this.#whole(s);
     // Copied out, so the index is aligned for its typed arrays and outlives the chunk.
     const ends = new Uint32Array(s.records);
     const offsets = new Float64Array(s.records);
@@ -434,13 +429,14 @@ export class Spill {
     let base = 0;
     for (let i = 0; i < n; i++) {
       const s = segmentAt(tail, i);
-      data += this.#copyOut(s, 0, s.bytes, block, data);
-      // Ends and runs are read where the merged segment's offsets go, then moved past `base` into place.
-      this.#copyOut(s, s.bytes, s.records * 4, block, offsets);
+      const whole = this.#whole(s);
+      data += whole.copy(block, data, 0, s.bytes);
+      // Ends and runs are moved past `base` on the way.
       for (let k = 0; k < s.records; k++, ends += 4)
-        block.writeUInt32LE(base + block.readUInt32LE(offsets + k * 4), ends);
-      offsets += this.#copyOut(s, s.bytes + s.records * 4, s.records * 8, block, offsets);
-      this.#copyOut(s, s.bytes + s.records * 12, s.runs * 4, block, run);
+        block.writeUInt32LE(base + whole.readUInt32LE(s.bytes + k * 4), ends);
+      const index = s.bytes + s.records * 4;
+      offsets += whole.copy(block, offsets, index, index + s.records * 8);
+      whole.copy(block, run, index + s.records * 8, index + s.records * 8 + s.runs * 4);
       for (let k = 2; k < s.runs; k += 3) block.writeUInt32LE(base + block.readUInt32LE(run + k * 4), run + k * 4);
       run += s.runs * 4;
       base += s.bytes;
@@ -451,19 +447,27 @@ export class Spill {
   }
 
   /** Copies `bytes` of segment `s` from `skip` on into `into` at `to`, now: from its chunk in memory, else its file. */
-  #copyOut(s: SegmentAt, skip: number, bytes: number, into: Buffer, to: number): number {
+  /**
+   * The segment whole (records, ends, offsets and runs, end to end): where it lies while its chunk is in memory, else
+   * read from file in one read, into the spill's scratch (valid until the next call) unless larger than a chunk. Read
+   * a part at a time, a merge made four reads a segment, on the event loop.
+   */
+  #whole(s: SegmentAt): Buffer {
+    const length = spannedBy(s);
     const chunk = this.#chunkOf(s.chunk);
-    const from = s.at + skip;
-    if (chunk.block !== undefined) return chunk.block.copy(into, to, from, from + bytes);
+    if (chunk.block !== undefined) return chunk.block.subarray(s.at, s.at + length);
     const file = chunk.file as SpillFile;
     const opened = file.opened;
     if (opened === undefined) throw new Error(`spill ${file.path} read before it was opened`);
-    for (let done = 0; done < bytes;) {
-      const n = readSync(opened.fd, into, to + done, bytes - done, chunk.at + from + done);
-      if (n === 0) throw new Error(`spill ${file.path} ended at ${chunk.at + from + done}`);
+    let into: Buffer;
+    if (length > CHUNK_BYTES) into = Buffer.allocUnsafeSlow(length);
+    else into = this.#scratch ??= Buffer.allocUnsafeSlow(CHUNK_BYTES);
+    for (let done = 0; done < length;) {
+      const n = readSync(opened.fd, into, done, length - done, chunk.at + s.at + done);
+      if (n === 0) throw new Error(`spill ${file.path} ended at ${chunk.at + s.at + done}`);
       done += n;
     }
-    return bytes;
+    return into.subarray(0, length);
   }
 
   /** The segments are read no more: a chunk filling with no live segment left starts again from its head. */
