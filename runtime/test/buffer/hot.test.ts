@@ -833,3 +833,20 @@ test("compact moves buffers' blocks out of sparse slabs, which go; the records f
   );
   for (const b of flushed) releaseFlush(b);
 });
+
+test("whatever comes, the buffers' blocks stay within the bound, counted whole, and all go back", () => {
+  const base = blocks.inUse;
+  // A 64 KiB cap: a 32 KiB bound of blocks. Each flush gives its blocks back at once.
+  const { p } = pool({ capBytes: 64 << 10, flushBytes: 8000, onFlush: (b) => releaseFlush(b) });
+  let seed = 11;
+  const rand = (n: number) => Math.floor(((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * n);
+  for (let i = 0; i < 3000; i++) {
+    p.add(`d${rand(60)}`, rand(2), rec(i, "r".repeat(1 + rand(3000))));
+    assert.ok(blocks.inUse - base <= 32 << 10, `${blocks.inUse - base} bytes of blocks at record ${i}`);
+    if (i % 97 === 0) p.compact();
+    if (i % 301 === 0) p.shed();
+    if (i % 499 === 0) p.discardSlots(new Set([1]));
+  }
+  p.flushAll();
+  assert.equal(blocks.inUse, base);
+});
