@@ -577,8 +577,9 @@ export class HotBufferPool {
   #flushDownTo(target: number): void {
     const byClass = new Array<number>(32).fill(0);
     for (const b of this.#buffers) {
-      const c = sizeClass(footprint(b));
-      byClass[c] = (byClass[c] ?? 0) + footprint(b);
+      const held = footprint(b);
+      const c = sizeClass(held);
+      byClass[c] = (byClass[c] ?? 0) + held;
     }
     // The classes from `last` up go: every one above it whole, and `last` until the target is reached.
     let last = 32;

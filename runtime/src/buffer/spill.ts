@@ -434,9 +434,10 @@ export class Spill {
       // Ends and runs are moved past `base` on the way.
       for (let k = 0; k < s.records; k++, ends += 4)
         block.writeUInt32LE(base + whole.readUInt32LE(s.bytes + k * 4), ends);
-      const index = s.bytes + s.records * 4;
-      offsets += whole.copy(block, offsets, index, index + s.records * 8);
-      whole.copy(block, run, index + s.records * 8, index + s.records * 8 + s.runs * 4);
+      const offsetsAt = s.bytes + s.records * 4;
+      const runsAt = offsetsAt + s.records * 8;
+      offsets += whole.copy(block, offsets, offsetsAt, runsAt);
+      whole.copy(block, run, runsAt, runsAt + s.runs * 4);
       for (let k = 2; k < s.runs; k += 3) block.writeUInt32LE(base + block.readUInt32LE(run + k * 4), run + k * 4);
       run += s.runs * 4;
       base += s.bytes;
@@ -446,7 +447,6 @@ export class Spill {
     return segments;
   }
 
-  /** Copies `bytes` of segment `s` from `skip` on into `into` at `to`, now: from its chunk in memory, else its file. */
   /**
    * The segment whole (records, ends, offsets and runs, end to end): where it lies while its chunk is in memory, else
    * read from file in one read, into the spill's scratch (valid until the next call) unless larger than a chunk. Read
