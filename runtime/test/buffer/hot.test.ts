@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { fstatSync, mkdtempSync, readdirSync, readlinkSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -448,6 +448,52 @@ test("segments gather in a chunk in memory; a full chunk goes to file in one wri
   spill.release(segments);
   assert.equal(spill.bytes, 0);
   assert.equal(spill.memory, 0, "a filling chunk with nothing live starts again");
+  await spill.close();
+});
+
+/** The sizes of this process's open spill files in `dir` (unlinked, so found through /proc/self/fd). */
+function spillFileSizes(dir: string): number[] {
+  const sizes: number[] = [];
+  for (const fd of readdirSync("/proc/self/fd")) {
+    let target: string;
+    try {
+      target = readlinkSync(`/proc/self/fd/${fd}`);
+    } catch {
+      continue;
+    }
+    if (target.startsWith(`${dir}/`) && target.endsWith(" (deleted)")) sizes.push(fstatSync(Number(fd)).size);
+  }
+  return sizes;
+}
+
+test("chunks sealed together go to file in slots next to each other; later chunks take the slots of retired ones", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "dfe-spill-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  // Slots of 64 bytes: a segment of one 6-byte record takes 30, so two fill a chunk.
+  const spill = new Spill(dir, 1 << 20, 1 << 20, 64);
+  const fill = (text: string): Segments[] => {
+    const lists: Segments[] = [];
+    for (let i = 0; i < 7; i++) {
+      lists.push(spill.write([Buffer.from(text)], 6, new Uint32Array([6]), new Float64Array([i]), [0, 1, 6], []));
+    }
+    return lists;
+  };
+  const first = fill("hello\n");
+  await spill.landed();
+  // Three chunks sealed in one turn: slots 0, 64 and 128, the last written to its length (60); the seventh fills.
+  assert.deepEqual(spillFileSizes(dir), [188]);
+  for (const list of first) spill.release(list);
+  const second = fill("world\n");
+  await spill.landed();
+  assert.deepEqual(spillFileSizes(dir), [188], "written over the retired chunks' slots: the file grew no more");
+  for (const [i, list] of second.entries()) {
+    const [back] = spill.readAll(list);
+    assert.deepEqual([back?.data.toString(), [...(back?.offsets ?? [])]], ["world\n", [i]]);
+  }
+  const into = Buffer.alloc(42);
+  await spill.read(second.flat(), into);
+  assert.equal(into.toString(), "world\n".repeat(7), "from file and from memory, end to end");
+  for (const list of second) spill.release(list);
   await spill.close();
 });
 
