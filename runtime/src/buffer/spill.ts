@@ -219,10 +219,10 @@ export class Spill {
     const records = ends.length;
     const { chunk, block, at: start, segments } = this.#reserve(bytes, records, runs.length, list);
     let at = start;
-    for (const p of pieces) at += p.copy(block, at);
+    for (let i = 0; i < pieces.length; i++) at += (pieces[i] as Buffer).copy(block, at);
     at += Buffer.from(ends.buffer, ends.byteOffset, records * 4).copy(block, at);
     at += Buffer.from(offsets.buffer, offsets.byteOffset, records * 8).copy(block, at);
-    for (const r of runs) at = block.writeUInt32LE(r, at);
+    for (let i = 0; i < runs.length; i++) at = block.writeUInt32LE(runs[i] ?? 0, at);
     chunk.length = at;
     return segments;
   }
