@@ -290,10 +290,10 @@ export class Spill {
 
   /**
    * Where `chunk` goes on file: a slot a retired chunk left (the oldest file's, the latest freed in it first), else
-   * past the current file's end (a new file past FILE_BYTES). A slot is a chunk's room. On this machine's VM a write into pages new to the page
-   * cache ran at 440-650 MB/s and one over pages it held at 16 GB/s; written end to end into new files, the
-   * 10,000-destination row's spill wrote 2.6 GB (merges write records again) at about 400 MB/s, and intake waited on
-   * its backed-up writes for 4.7 s of a 15 s receive.
+   * past the current file's end (a new file past FILE_BYTES). A slot is a chunk's room. On this machine's VM a write
+   * into pages new to the page cache ran at 440-650 MB/s, one over pages it held at 16 GB/s. Written end to end into
+   * new files, the 10,000-destination row's spill (2.6 GB: merges write records again) kept intake waiting on its
+   * backed-up writes for 4.7-6.3 s summed over a run; in retired slots, 1.8 s.
    */
   #place(chunk: Chunk): void {
     chunk.slots = Math.ceil(chunk.length / this.#chunkBytes);
