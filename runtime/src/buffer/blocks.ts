@@ -99,7 +99,7 @@ export class BlockPool {
    * is carved again.
    */
   free(block: Uint8Array): void {
-    const index = block.buffer instanceof SharedArrayBuffer ? this.#slabOf.get(block.buffer) : undefined;
+    const index = this.#slabIndex(block);
     if (index === undefined) return;
     const slab = this.#slabs[index] as Slab;
     let offset = block.byteOffset;
@@ -163,8 +163,13 @@ export class BlockPool {
 
   /** Whether `block` lies in a retiring slab: its owner should copy it into a new one and give it back. */
   retiring(block: Uint8Array): boolean {
-    const index = block.buffer instanceof SharedArrayBuffer ? this.#slabOf.get(block.buffer) : undefined;
+    const index = this.#slabIndex(block);
     return index !== undefined && (this.#slabs[index]?.retiring ?? false);
+  }
+
+  /** Where the slab `block` lies in is kept, if it is one of this pool's. */
+  #slabIndex(block: Uint8Array): number | undefined {
+    return block.buffer instanceof SharedArrayBuffer ? this.#slabOf.get(block.buffer) : undefined;
   }
 
   #drop(index: number): void {

@@ -949,7 +949,7 @@ const sizeClass = (length: number): number => (length === 0 ? 0 : 32 - Math.clz3
 /**
  * The memory a buffer holds: its blocks whole, and the route replies' bytes it holds views of. Bounded by the records'
  * bytes instead, the 100,000-destination row's buffers of one to three records held about 1.8 times as much in
- * blocks (a power of two each, and a block for ends and offsets).
+ * blocks (a power of two each, and a block for their index: ends, offsets and slots).
  */
 function footprint(b: HotBuffer): number {
   return (b.data?.length ?? 0) + (b.index?.length ?? 0) + b.length - b.blockLength;

@@ -345,18 +345,20 @@ export class Spill {
         parts.push((c.block as Buffer).subarray(0, joins ? slot : c.length));
         if (!joins) break;
       }
-      const run = chunks.slice(i, j);
+      const first = i;
       i = j;
       try {
-        await writeAt(await file.handle, parts, (run[0] as Chunk).at);
-        for (const c of run) {
+        await writeAt(await file.handle, parts, (chunks[first] as Chunk).at);
+        for (let k = first; k < j; k++) {
+          const c = chunks[k] as Chunk;
           c.state = "onFile";
           this.#freeBlock(c);
           this.#wrote(c);
         }
       } catch {
         // Kept: their segments are read from memory from then on, so a failed spill loses nothing.
-        for (const c of run) {
+        for (let k = first; k < j; k++) {
+          const c = chunks[k] as Chunk;
           c.state = "kept";
           this.#wrote(c);
         }
@@ -519,8 +521,8 @@ export class Spill {
     const opened = file.opened;
     if (opened === undefined) throw new Error(`spill ${file.path} read before it was opened`);
     let into: Buffer;
-    if (length > CHUNK_BYTES) into = Buffer.allocUnsafeSlow(length);
-    else into = this.#scratch ??= Buffer.allocUnsafeSlow(CHUNK_BYTES);
+    if (length > this.#chunkBytes) into = Buffer.allocUnsafeSlow(length);
+    else into = this.#scratch ??= Buffer.allocUnsafeSlow(this.#chunkBytes);
     for (let done = 0; done < length;) {
       const n = readSync(opened.fd, into, done, length - done, chunk.at + s.at + done);
       if (n === 0) throw new Error(`spill ${file.path} ended at ${chunk.at + s.at + done}`);
