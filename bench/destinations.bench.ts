@@ -10,10 +10,13 @@
 // row's time this disk takes whatever the runtime does.
 // Usage: node bench/destinations.bench.ts [records] [rows] [rounds]   (default 2,000,000 records of about 700 bytes;
 // rows: a comma list of ref,1k,10k,zipf,100k, default all, the reference always in; rounds: default 3)
+// DFE_BENCH_KEEP_TREES=1 leaves the run's archive trees in place (their path is printed) and waits for no earlier
+// removal: for runs back to back, whose trees are removed by hand once done (see diskRest).
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, relative } from "node:path";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { homedir, tmpdir } from "node:os";
+import { dirname, join, relative } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { nodeBin } from "../e2e/support/archiver.ts";
 import {
   cpuByThread,
@@ -32,7 +35,20 @@ import {
 const N = Number(process.argv[2] ?? 2_000_000);
 const ROUNDS = Number(process.argv[4] ?? 3);
 const LIMIT = 512 * 1024 * 1024;
+const KEEP = process.env.DFE_BENCH_KEEP_TREES === "1";
 const work = mkdtempSync(join(tmpdir(), "dfe-bench-dest-"));
+/** When this bench last removed its trees (epoch ms, in the file): see diskRest. */
+const REMOVED_AT = join(
+  process.env.DFE_ARCHIVER_CACHE ?? join(homedir(), ".cache", "dfe-archiver"),
+  "bench-removed-at",
+);
+/**
+ * How long a removal skews the next run (see diskProbe): 360 s, because the next run's own creates dirty the inode
+ * table blocks again. 45-70 s after a run removed its trees, perf put 5.2 of the 10,000-destination row's 8.9 CPU s of
+ * mkdir in find_inode_bit and recently_deleted, and the row took 17.95-19.01 s; six minutes on, with neither in the
+ * profile, 13.09 s.
+ */
+const REST_MS = 360_000;
 
 interface Workload {
   readonly name: string;
@@ -106,7 +122,7 @@ function filesFloor(
     env: { ...process.env, UV_THREADPOOL_SIZE: "16" },
     encoding: "utf8",
   });
-  if (!keep) rmSync(root, { recursive: true, force: true });
+  if (!keep && !KEEP) rmSync(root, { recursive: true, force: true });
   rmSync(list);
   return JSON.parse(out) as { files: number; dirs: number; seconds: number };
 }
@@ -129,7 +145,24 @@ function diskProbe(): string {
   return `${r.files} files in ${r.dirs} directories, ${r.seconds.toFixed(2)} s (${((r.seconds * 1e6) / r.dirs).toFixed(0)} us of wall a directory)`;
 }
 
+/** Waits out what remains of REST_MS since this bench last removed its trees (other removals are not known here). */
+async function diskRest(): Promise<void> {
+  let at: number;
+  try {
+    at = Number(readFileSync(REMOVED_AT, "utf8"));
+  } catch {
+    return;
+  }
+  const wait = at + REST_MS - Date.now();
+  if (KEEP || !(wait > 0)) return;
+  console.log(
+    `waiting ${(wait / 1000).toFixed(0)} s: the last run removed its trees ${((Date.now() - at) / 1000).toFixed(0)} s ago, and new inodes skip freed ones for ${REST_MS / 1000} s on an ext4 without a journal (DFE_BENCH_KEEP_TREES=1 keeps the trees instead)`,
+  );
+  await sleep(wait);
+}
+
 async function main(): Promise<void> {
+  await diskRest();
   console.log(`workload: ${N} records of about 700 bytes, zstd -3, local files, expression routing`);
   const all: Row[] = [
     { what: "1,000 destinations, no limit (reference)", key: "ref", workload: workloads.k1, limited: false, runs: [] },
@@ -224,9 +257,15 @@ async function main(): Promise<void> {
     `standard files: ${stats.map((s) => `${s.row.what}: ${s.lines} records read back by zstd -dc from a sample of its ${s.files} files`).join("; ")}`,
   );
   await deleteTopics();
+  if (KEEP) {
+    console.log(`trees kept in ${work}`);
+    return;
+  }
   rmSync(work, { recursive: true, force: true });
-  // The inode tables written back: the next run's new inodes skip these freed ones for 60 s, not 360 (see diskProbe).
+  // The inode tables written back: inodes freed here are skipped for 60 s, not 360, until a new create dirties them.
   execFileSync("sync");
+  mkdirSync(dirname(REMOVED_AT), { recursive: true });
+  writeFileSync(REMOVED_AT, String(Date.now()));
 }
 
 await main();
