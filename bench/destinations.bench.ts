@@ -147,6 +147,7 @@ function diskProbe(): string {
 
 /** Waits out what remains of REST_MS since this bench last removed its trees (other removals are not known here). */
 async function diskRest(): Promise<void> {
+  if (KEEP) return;
   let at: number;
   try {
     at = Number(readFileSync(REMOVED_AT, "utf8"));
@@ -154,7 +155,7 @@ async function diskRest(): Promise<void> {
     return;
   }
   const wait = at + REST_MS - Date.now();
-  if (KEEP || !(wait > 0)) return;
+  if (!(wait > 0)) return;
   console.log(
     `waiting ${(wait / 1000).toFixed(0)} s: the last run removed its trees ${((Date.now() - at) / 1000).toFixed(0)} s ago, and new inodes skip freed ones for ${REST_MS / 1000} s on an ext4 without a journal (DFE_BENCH_KEEP_TREES=1 keeps the trees instead)`,
   );
