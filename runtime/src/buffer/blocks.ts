@@ -36,6 +36,14 @@ interface Slab {
   used: number;
   /** Being emptied (see retireSparse): none of its memory is carved again, and it goes with its last block. */
   retiring: boolean;
+  /** Views of the whole slab (see views), made at the first asked for. */
+  views: WordViews | undefined;
+}
+
+/** A block's memory read as 64-bit floats and 32-bit words: views of all the memory it lies in, from its start. */
+export interface WordViews {
+  readonly f64: Float64Array;
+  readonly u32: Uint32Array;
 }
 
 export class BlockPool {
@@ -161,6 +169,24 @@ export class BlockPool {
     }
   }
 
+  /**
+   * Views of the memory `block` lies in, to read it as numbers at its byteOffset: a slab's are made once and shared
+   * by all its blocks. Three typed arrays made for each hot buffer's index every time it grew were 67 MB of the 445 MB
+   * the 10,000-destination row promoted.
+   */
+  views(block: Buffer): WordViews {
+    const index = this.#slabIndex(block);
+    const slab = index === undefined ? undefined : this.#slabs[index];
+    if (slab === undefined) {
+      const memory = block.buffer;
+      return {
+        f64: new Float64Array(memory, 0, memory.byteLength >> 3),
+        u32: new Uint32Array(memory, 0, memory.byteLength >> 2),
+      };
+    }
+    return (slab.views ??= { f64: new Float64Array(slab.memory), u32: new Uint32Array(slab.memory) });
+  }
+
   /** Whether `block` lies in a retiring slab: its owner should copy it into a new one and give it back. */
   retiring(block: Uint8Array): boolean {
     const index = this.#slabIndex(block);
@@ -238,6 +264,7 @@ export class BlockPool {
       starts: new Int8Array(SLAB_BYTES >> MIN_SHIFT),
       used: 0,
       retiring: false,
+      views: undefined,
     };
     let index = this.#slabs.indexOf(undefined);
     if (index < 0) index = this.#slabs.push(slab) - 1;

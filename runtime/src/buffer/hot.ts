@@ -54,6 +54,9 @@ const MERGE_SEGMENTS_BACKED_UP = 4 * MERGE_SEGMENTS;
 export const VIEW_BYTES = 16 * 1024;
 /** Room a buffer's ends and offsets first take, in records. */
 const FIRST_RECORDS = 16;
+/** The index views of a buffer with no index. */
+const NO_OFFSETS = new Float64Array(0);
+const NO_ENDS = new Uint32Array(0);
 
 /**
  * What the hot buffers may hold together (their footprint), and how many may be open, for the shared cap and
@@ -230,12 +233,17 @@ class HotBuffer {
   pieces: Buffer[] = EMPTY;
   length = 0;
   records = 0;
-  ends: Uint32Array | undefined;
-  offsets: Float64Array | undefined;
-  /** The pooled block `offsets`, `ends` then `slots` lie in. */
+  /**
+   * The pooled block its index lies in, room records of each: their offsets (f64), ends and partition slots (u32),
+   * read through views of the whole slab (BlockPool.views) at offsetsAt, endsAt and slotsAt.
+   */
   index: Buffer | undefined;
-  /** Each record's partition slot, behind its ends in `index`. */
-  slots: Uint32Array | undefined;
+  room = 0;
+  f64: Float64Array = NO_OFFSETS;
+  u32: Uint32Array = NO_ENDS;
+  offsetsAt = 0;
+  endsAt = 0;
+  slotsAt = 0;
   hold: Hold | undefined;
   openedAt = 0;
   /** Records spilled ahead of what the buffer holds in memory, in order (made at the first spill). */
@@ -465,16 +473,14 @@ export class HotBufferPool {
       b.blockLength = need;
     }
     b.length = need;
-    if (b.ends === undefined || b.records + count > b.ends.length) growIndex(b, b.records + count);
-    const intoEnds = b.ends as Uint32Array;
-    const intoOffsets = b.offsets as Float64Array;
-    const intoSlots = b.slots as Uint32Array;
+    if (b.records + count > b.room) growIndex(b, b.records + count);
+    const { f64, u32 } = b;
     let min = Infinity;
     for (let i = from, at = b.records; i < to; i++, at++) {
-      intoEnds[at] = start + (ends[endsAt + i] ?? 0) - base;
+      u32[b.endsAt + at] = start + (ends[endsAt + i] ?? 0) - base;
+      u32[b.slotsAt + at] = slot;
       const offset = offsets[offsetsAt + i] ?? 0;
-      intoOffsets[at] = offset;
-      intoSlots[at] = slot;
+      f64[b.offsetsAt + at] = offset;
       if (offset < min) min = offset;
     }
     b.records += count;
@@ -530,8 +536,8 @@ export class HotBufferPool {
       trigger,
       openedAt: b.openedAt,
       blocks: [b.data, b.index].filter((x) => x !== undefined),
-      ends: b.ends === undefined ? new Uint32Array(0) : b.ends.subarray(0, b.records),
-      offsets: b.offsets === undefined ? new Float64Array(0) : b.offsets.subarray(0, b.records),
+      ends: endsOf(b),
+      offsets: offsetsOf(b),
       runs: runsOf(b),
       spilled: b.segments,
       spilledBytes: b.spilledBytes,
@@ -539,7 +545,7 @@ export class HotBufferPool {
     // The batch has the block and the pieces now: a settle must not copy and release what the flush still reads.
     b.pieces = EMPTY;
     b.data = undefined;
-    b.index = undefined;
+    dropIndex(b);
     this.#opts.onFlush(batch);
   }
 
@@ -599,16 +605,9 @@ export class HotBufferPool {
       return false;
     }
     this.#footprint -= footprint(b);
-    if (b.ends !== undefined && b.offsets !== undefined && b.records > 0) {
+    if (b.records > 0) {
       const head = b.data === undefined || b.blockLength === 0 ? [] : [b.data.subarray(0, b.blockLength)];
-      b.segments = spill.write(
-        [...head, ...b.pieces],
-        b.length,
-        b.ends.subarray(0, b.records),
-        b.offsets.subarray(0, b.records),
-        runsOf(b),
-        b.segments,
-      );
+      b.segments = spill.write([...head, ...b.pieces], b.length, endsOf(b), offsetsOf(b), runsOf(b), b.segments);
       this.#opts.onSpill?.();
       b.spilledBytes += b.length;
       b.spilledRecords += b.records;
@@ -618,9 +617,6 @@ export class HotBufferPool {
     // Copied into the spill: the memory goes back now.
     for (const piece of b.pieces) codecLanes().releaseReply(piece.buffer as SharedArrayBuffer);
     freeBlocks(b);
-    b.ends = undefined;
-    b.offsets = undefined;
-    b.slots = undefined;
     b.pieces = EMPTY;
     b.length = 0;
     b.blockLength = 0;
@@ -640,8 +636,8 @@ export class HotBufferPool {
     const parts = spill.readAll(b.segments);
     const mem = {
       data: b.data === undefined ? Buffer.alloc(0) : b.data.subarray(0, b.blockLength),
-      ends: b.ends === undefined ? new Uint32Array(0) : b.ends.subarray(0, b.records),
-      offsets: b.offsets === undefined ? new Float64Array(0) : b.offsets.subarray(0, b.records),
+      ends: endsOf(b),
+      offsets: offsetsOf(b),
       runs: runsOf(b),
     };
     const whole = stitch(parts, mem);
@@ -651,12 +647,11 @@ export class HotBufferPool {
     if (b.data !== undefined) blocks.free(b.data);
     b.data = data;
     growIndex(b, records);
-    (b.ends as Uint32Array).set(whole.ends);
-    (b.offsets as Float64Array).set(whole.offsets);
-    const slots = b.slots as Uint32Array;
-    for (let i = 0, at = 0; i < whole.runs.length; i += 3) {
+    b.u32.set(whole.ends, b.endsAt);
+    b.f64.set(whole.offsets, b.offsetsAt);
+    for (let i = 0, at = b.slotsAt; i < whole.runs.length; i += 3) {
       const count = whole.runs[i + 1] ?? 0;
-      slots.fill(whole.runs[i] ?? 0, at, at + count);
+      b.u32.fill(whole.runs[i] ?? 0, at, at + count);
       at += count;
     }
     spill.release(b.segments);
@@ -805,24 +800,18 @@ export class HotBufferPool {
   }
 
   #discard(b: HotBuffer, slots: ReadonlySet<number>): number {
-    const data = b.data;
-    const ends = b.ends;
-    const offsets = b.offsets;
-    const own = b.slots;
-    const hold = b.hold;
-    if (data === undefined || ends === undefined || offsets === undefined || own === undefined || hold === undefined) {
-      return 0;
-    }
+    const { data, hold, f64, u32, endsAt, offsetsAt, slotsAt } = b;
+    if (data === undefined || b.index === undefined || hold === undefined) return 0;
     let write = 0;
     let kept = 0;
     for (let i = 0, read = 0; i < b.records; i++) {
-      const end = ends[i] ?? 0;
-      const slot = own[i] ?? 0;
+      const end = u32[endsAt + i] ?? 0;
+      const slot = u32[slotsAt + i] ?? 0;
       if (!slots.has(slot)) {
         write += data.copy(data, write, read, end);
-        ends[kept] = write;
-        offsets[kept] = offsets[i] ?? 0;
-        own[kept++] = slot;
+        u32[endsAt + kept] = write;
+        f64[offsetsAt + kept] = f64[offsetsAt + i] ?? 0;
+        u32[slotsAt + kept++] = slot;
       }
       read = end;
     }
@@ -869,33 +858,54 @@ function blockRoom(b: HotBuffer, need: number): Buffer {
 function growIndex(b: HotBuffer, need: number): void {
   const index = blocks.alloc(Math.max(FIRST_RECORDS, need) * 16);
   const room = Math.floor(index.length / 16);
-  const offsets = new Float64Array(index.buffer, index.byteOffset, room);
-  const ends = new Uint32Array(index.buffer, index.byteOffset + room * 8, room);
-  const slots = new Uint32Array(index.buffer, index.byteOffset + room * 12, room);
-  if (b.offsets !== undefined && b.ends !== undefined && b.slots !== undefined) {
-    offsets.set(b.offsets.subarray(0, b.records));
-    ends.set(b.ends.subarray(0, b.records));
-    slots.set(b.slots.subarray(0, b.records));
+  const { f64, u32 } = blocks.views(index);
+  const offsetsAt = index.byteOffset / 8;
+  const endsAt = (index.byteOffset + room * 8) / 4;
+  const slotsAt = endsAt + room;
+  if (b.index !== undefined) {
+    f64.set(offsetsOf(b), offsetsAt);
+    u32.set(endsOf(b), endsAt);
+    u32.set(b.u32.subarray(b.slotsAt, b.slotsAt + b.records), slotsAt);
+    blocks.free(b.index);
   }
-  if (b.index !== undefined) blocks.free(b.index);
   b.index = index;
-  b.offsets = offsets;
-  b.ends = ends;
-  b.slots = slots;
+  b.room = room;
+  b.f64 = f64;
+  b.u32 = u32;
+  b.offsetsAt = offsetsAt;
+  b.endsAt = endsAt;
+  b.slotsAt = slotsAt;
+}
+
+/** Gives up `b`'s index (freed, or handed to a flush): it has room for no record. */
+function dropIndex(b: HotBuffer): void {
+  b.index = undefined;
+  b.room = 0;
+  b.f64 = NO_OFFSETS;
+  b.u32 = NO_ENDS;
+}
+
+/** `b`'s records' ends, as a view of their own. */
+function endsOf(b: HotBuffer): Uint32Array {
+  return b.u32.subarray(b.endsAt, b.endsAt + b.records);
+}
+
+/** `b`'s records' offsets, as a view of their own. */
+function offsetsOf(b: HotBuffer): Float64Array {
+  return b.f64.subarray(b.offsetsAt, b.offsetsAt + b.records);
 }
 
 /** `b`'s records in memory as runs of one partition slot each: [slot, records, endByte] triples (FlushBatch.runs). */
 function runsOf(b: HotBuffer): number[] {
   const runs: number[] = [];
-  const { slots, ends } = b;
-  if (slots === undefined || ends === undefined) return runs;
+  const { u32, endsAt, slotsAt } = b;
   for (let i = 0; i < b.records; i++) {
-    const slot = slots[i] ?? 0;
+    const slot = u32[slotsAt + i] ?? 0;
     const n = runs.length;
     if (n > 0 && runs[n - 3] === slot) {
       runs[n - 2] = (runs[n - 2] ?? 0) + 1;
-      runs[n - 1] = ends[i] ?? 0;
-    } else runs.push(slot, 1, ends[i] ?? 0);
+      runs[n - 1] = u32[endsAt + i] ?? 0;
+    } else runs.push(slot, 1, u32[endsAt + i] ?? 0);
   }
   return runs;
 }
@@ -960,7 +970,7 @@ function freeBlocks(b: HotBuffer): void {
   if (b.data !== undefined) blocks.free(b.data);
   if (b.index !== undefined) blocks.free(b.index);
   b.data = undefined;
-  b.index = undefined;
+  dropIndex(b);
 }
 
 /** Whether the buffer holds a record of these slots, spilled or in memory (its hold covers both). */

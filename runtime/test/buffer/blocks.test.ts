@@ -132,3 +132,21 @@ test("up to 32 MiB free in slabs stays as room for the next growth", () => {
   for (let i = 0; i < small.length; i++) if (i % per !== 0) pool.free(small[i] as Buffer);
   assert.equal(pool.retireSparse(), false);
 });
+
+test("a slab's blocks share one pair of word views, which read each block at its byteOffset", () => {
+  const pool = new BlockPool();
+  const a = pool.alloc(1024);
+  const b = pool.alloc(4096);
+  const views = pool.views(a);
+  assert.equal(pool.views(b), views, "the same views for every block of the slab");
+  assert.equal(views.f64.buffer, a.buffer);
+  new Float64Array(b.buffer, b.byteOffset, 2).set([1.5, 2 ** 40]);
+  new Uint32Array(a.buffer, a.byteOffset + 8, 1)[0] = 7;
+  assert.deepEqual([views.f64[b.byteOffset / 8], views.f64[b.byteOffset / 8 + 1]], [1.5, 2 ** 40]);
+  assert.equal(views.u32[a.byteOffset / 4 + 2], 7);
+  // A block larger than a slab lies in memory of its own, read from its start.
+  const big = pool.alloc(SLAB_BYTES + 12);
+  const own = pool.views(big);
+  assert.notEqual(own, views);
+  assert.deepEqual([own.f64.length, own.u32.length], [SLAB_BYTES / 8 + 1, SLAB_BYTES / 4 + 3]);
+});
