@@ -474,13 +474,17 @@ export class HotBufferPool {
     }
     b.length = need;
     if (b.records + count > b.room) growIndex(b, b.records + count);
+    // Where this append's records go in the buffer's index, read once rather than from `b` at every record.
     const { f64, u32 } = b;
+    const intoEnds = b.endsAt + b.records;
+    const intoSlots = b.slotsAt + b.records;
+    const intoOffsets = b.offsetsAt + b.records;
     let min = Infinity;
-    for (let i = from, at = b.records; i < to; i++, at++) {
-      u32[b.endsAt + at] = start + (ends[endsAt + i] ?? 0) - base;
-      u32[b.slotsAt + at] = slot;
+    for (let i = from, at = 0; i < to; i++, at++) {
+      u32[intoEnds + at] = start + (ends[endsAt + i] ?? 0) - base;
+      u32[intoSlots + at] = slot;
       const offset = offsets[offsetsAt + i] ?? 0;
-      f64[b.offsetsAt + at] = offset;
+      f64[intoOffsets + at] = offset;
       if (offset < min) min = offset;
     }
     b.records += count;
